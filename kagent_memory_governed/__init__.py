@@ -1,0 +1,1 @@
+"""kagent-memory-governed."""

@@ -1,0 +1,67 @@
+"""The ``kagent-memory-governed`` command: ``migrate``, ``sweep`` and ``demo``.
+
+Output and errors are content-free: counts, revisions and reason codes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Awaitable, Callable
+
+from pydantic import ValidationError
+
+from kagent_memory_governed.embedded import database_url
+from kagent_memory_governed.errors import GovernedMemoryError, PolicyError
+from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.store import Store
+
+
+async def _migrate(store: Store) -> None:
+    print(f"governed memory schema at revision {await store.migrate()}")
+
+
+async def _sweep(store: Store) -> None:
+    await store.check_ready()
+    print(f"swept {await store.sweep()} expired entries")
+
+
+async def _with_store(settings: Settings, work: Callable[[Store], Awaitable[None]]) -> None:
+    store = Store.connect(database_url(settings), settings.load_policy())
+    try:
+        await work(store)
+    finally:
+        await store.close()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kagent-memory-governed", description=__doc__)
+    commands = parser.add_subparsers(dest="command", required=True)
+    commands.add_parser("migrate", help="create or upgrade the store schema in the configured database")
+    commands.add_parser("sweep", help="physically delete expired entries now; prints a count")
+    commands.add_parser("demo", help="the governed lifecycle, step by step, on the embedded default")
+    args = parser.parse_args(argv)
+    try:
+        settings = Settings()
+        if args.command == "demo":
+            from kagent_memory_governed.demo import run
+
+            asyncio.run(run(settings))
+        else:
+            asyncio.run(_with_store(settings, _migrate if args.command == "migrate" else _sweep))
+    except PolicyError as error:
+        print(f"configuration error: {error}", file=sys.stderr)
+        return 2
+    except ValidationError as error:  # never print input values: a URL may carry a password
+        for problem in error.errors():
+            print(f"configuration error: {'.'.join(map(str, problem['loc']))}: {problem['msg']}", file=sys.stderr)
+        return 2
+    except GovernedMemoryError as error:
+        print(f"refused: {error.reason.value}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,54 @@
+"""The one error type of governed memory, and its reason codes.
+
+    GovernedMemoryError          every refusal and failure; ``reason`` is the whole message
+    PolicyError(ValueError)      start-up only: a policy file that tries to raise a ceiling
+
+A reason code is stable, content-free and safe to log, meter, audit and return to a caller.
+Nothing else is ever attached: no input, no query, no database message. Code that turns a
+lower-level exception into a ``GovernedMemoryError`` raises it ``from None`` so that no
+traceback carries the lower-level text.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Reason(StrEnum):
+    """Stable reason codes (CONTRACT.md). Add codes when needed; never put content in one."""
+
+    NO_ASSERTION = "no_assertion"
+    BAD_ASSERTION = "bad_assertion"
+    PRINCIPAL_NOT_ADMITTED = "principal_not_admitted"
+    SCOPE_MISMATCH = "scope_mismatch"
+    CONSENT_MISSING = "consent_missing"
+    CONSENT_DISABLED = "consent_disabled"
+    CONSENT_STALE = "consent_stale"
+    CONSENT_EXPIRED = "consent_expired"
+    ENTRY_CAP_REACHED = "entry_cap_reached"
+    FACT_TOO_LARGE = "fact_too_large"
+    RATE_LIMITED = "rate_limited"
+    HOURLY_CEILING = "hourly_ceiling"
+    STORE_UNAVAILABLE = "store_unavailable"
+    ERASURE_FAILED = "erasure_failed"
+    ERASURE_PENDING = "erasure_pending"
+    NOT_FOUND = "not_found"
+    CONFIRMATION_REQUIRED = "confirmation_required"
+    BAD_INPUT = "bad_input"
+    SCHEMA_OUTDATED = "schema_outdated"
+    UNSUPPORTED_DATABASE = "unsupported_database"
+
+
+class GovernedMemoryError(Exception):
+    """A refusal or failure of governed memory. ``str(error)`` is the reason code and nothing else."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(reason.value)
+        self.reason = reason
+
+    def __repr__(self) -> str:
+        return f"GovernedMemoryError({self.reason.value!r})"
+
+
+class PolicyError(ValueError):
+    """A policy file or value is invalid; the message names the key, never a secret or content."""

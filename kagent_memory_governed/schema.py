@@ -1,0 +1,110 @@
+"""The one declaration of the store's tables (SQLAlchemy Core). Queries are built from these objects
+in ``store``; the DDL that creates them lives in ``migrations/`` and a test proves the two agree.
+
+Everything lives in its own PostgreSQL schema, ``governed_memory``: never in kagent's ``memory`` table,
+whose controller extends expiry on access. Content (text, vectors) is only in ``entries``.
+"""
+
+from __future__ import annotations
+
+from pgvector.sqlalchemy import VECTOR
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Identity,
+    Index,
+    Integer,
+    MetaData,
+    PrimaryKeyConstraint,
+    Table,
+    Text,
+    UniqueConstraint,
+)
+from sqlalchemy.dialects.postgresql import UUID
+
+from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS
+
+SCHEMA = "governed_memory"
+metadata = MetaData(schema=SCHEMA)
+
+# One durable record per typed scope: consent, its generation (the fence), and erasure state.
+scopes = Table(
+    "scopes",
+    metadata,
+    Column("scope_id", UUID(as_uuid=True), primary_key=True),
+    Column("principal", Text, nullable=False),
+    Column("origin", Text, nullable=False),
+    Column("agent", Text, nullable=False),
+    Column("scope_kind", Text, nullable=False),
+    Column("room", Text, nullable=False),
+    Column("enabled", Boolean, nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("purpose", Text),
+    Column("policy_version", Text),
+    Column("consented_at", DateTime(timezone=True)),
+    Column("consent_expires_at", DateTime(timezone=True)),
+    Column("max_expiry_seconds", Integer, nullable=False),
+    Column("entry_cap", Integer, nullable=False),
+    Column("erasure", Text),
+    Column("erasure_at", DateTime(timezone=True)),
+    Column("resume", Boolean, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+    UniqueConstraint("principal", "origin", "agent", "scope_kind", "room", name="scopes_typed_key"),
+    CheckConstraint("origin IN ('native', 'appservice')", name="scopes_origin"),
+    CheckConstraint("scope_kind = 'control-room'", name="scopes_kind"),
+    CheckConstraint("generation >= 0", name="scopes_generation"),
+    CheckConstraint("max_expiry_seconds BETWEEN 1 AND 604800", name="scopes_max_expiry"),
+    CheckConstraint("entry_cap BETWEEN 1 AND 100", name="scopes_entry_cap"),
+    CheckConstraint("erasure IN ('pending', 'verified', 'failed')", name="scopes_erasure"),
+    CheckConstraint(
+        "NOT enabled OR (generation >= 1 AND erasure IS DISTINCT FROM 'pending' AND erasure IS DISTINCT FROM 'failed')",
+        name="scopes_enabled_is_clean",
+    ),
+    CheckConstraint("char_length(purpose) <= 64 AND char_length(policy_version) <= 64", name="scopes_labels_bounded"),
+    Index("scopes_by_principal", "principal", "origin"),
+)
+
+# Memory content. The scope id leads the primary key so the table can be partitioned or
+# distributed by scope (R35). Entries are immutable: erasure is DELETE, expiry never moves.
+entries = Table(
+    "entries",
+    metadata,
+    Column("scope_id", UUID(as_uuid=True), ForeignKey(scopes.c.scope_id, ondelete="RESTRICT"), nullable=False),
+    Column("entry_id", UUID(as_uuid=True), nullable=False),
+    Column("text", Text, nullable=False),
+    Column("embedding", VECTOR(EMBEDDING_DIMENSIONS), nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("created_at", DateTime(timezone=True), nullable=False),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("scope_id", "entry_id", name="entries_pkey"),
+    CheckConstraint("octet_length(text) BETWEEN 1 AND 512", name="entries_fact_size"),
+    CheckConstraint(
+        "expires_at > created_at AND expires_at <= created_at + interval '7 days'", name="entries_expiry_ceiling"
+    ),
+    Index("entries_page_order", "scope_id", "created_at", "entry_id"),
+    Index("entries_by_expiry", "expires_at"),
+)
+
+# Content-free evidence: an operation type, a result, a reason code, counts and opaque ids.
+# The CHECKs make free text impossible at the database, not only by convention.
+ledger = Table(
+    "ledger",
+    metadata,
+    Column("ledger_id", BigInteger, Identity(always=True), primary_key=True),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("operation", Text, nullable=False),
+    Column("result", Text, nullable=False),
+    Column("reason", Text),
+    Column("scope_id", UUID(as_uuid=True)),
+    Column("generation", BigInteger),
+    Column("count", Integer),
+    Column("entry_id", UUID(as_uuid=True)),
+    CheckConstraint("operation ~ '^[a-z_]{1,32}$'", name="ledger_operation_code"),
+    CheckConstraint("result IN ('ok', 'refused', 'failed')", name="ledger_result"),
+    CheckConstraint("reason ~ '^[a-z_]{1,32}$'", name="ledger_reason_code"),
+    Index("ledger_by_scope", "scope_id", "at"),
+)

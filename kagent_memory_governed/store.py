@@ -1,0 +1,723 @@
+"""The governed store: the only module that issues SQL or opens a transaction.
+
+Guarantees, each enforced inside the transaction that does the work:
+- data-plane reads and writes carry a consent generation and are fenced against the durable scope
+  record (missing, disabled, expired and stale consent are refused);
+- expiry is authorization: every read binds ``expires_at > now`` from the application clock;
+- a scope never holds more live entries than its cap, whatever the concurrency (writers lock the
+  scope row, which also quiesces them against a withdrawal);
+- every erasure fences first (disable, advance the generation), then deletes, then verifies in a
+  fresh transaction; a failure leaves the scope disabled with a content-free record (R9);
+- every operation leaves a content-free ledger row.
+Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its only text.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import uuid
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from importlib.resources import files
+
+import asyncpg
+from sqlalchemy import Row, case, delete, func, insert, literal, select, text, true, tuple_, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from kagent_memory_governed import clock
+from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, fence, grant_refusal
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.policy import Policy, admit_embedding, admit_fact, expiry_seconds
+from kagent_memory_governed.schema import SCHEMA, entries, ledger, scopes
+from kagent_memory_governed.scope import Principal, ScopeKey
+
+MIN_SERVER_VERSION = 150000  # PostgreSQL 15
+MIN_PGVECTOR = (0, 7, 0)
+MAX_PAGE = 50
+_MIGRATION_LOCK = 0x6B6D6700  # advisory lock id: concurrent `migrate` runs serialize
+_DATABASE_ERRORS = (SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
+
+
+@dataclass(frozen=True, slots=True)
+class NewFact:
+    text: str
+    embedding: Sequence[float]
+
+
+@dataclass(frozen=True, slots=True)
+class Grant:
+    generation: int
+    max_expiry_seconds: int
+    entry_cap: int
+
+
+@dataclass(frozen=True, slots=True)
+class ErasureRecord:
+    at: datetime
+    result: Erasure
+
+
+@dataclass(frozen=True, slots=True)
+class Status:
+    enabled: bool
+    generation: int
+    purpose: str | None
+    policy_version: str | None
+    max_expiry_seconds: int
+    entry_cap: int
+    entries: int
+    last_erasure: ErasureRecord | None
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    entry_id: uuid.UUID
+    text: str
+    score: float
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    entry_id: uuid.UUID
+    text: str
+    source_scope: str
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Page:
+    entries: list[Entry]
+    next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Erased:
+    generation: int
+    erased: int
+
+
+@dataclass(frozen=True, slots=True)
+class Offboarded:
+    scopes: int
+    erased: int
+
+
+class _Refused(Exception):
+    """Raised inside a transaction: commit what was recorded (the ledger row), then refuse."""
+
+    def __init__(self, reason: Reason) -> None:
+        self.reason = reason
+
+
+_STATE_COLUMNS = (
+    scopes.c.enabled,
+    scopes.c.generation,
+    scopes.c.consent_expires_at,
+    scopes.c.erasure,
+    scopes.c.max_expiry_seconds,
+    scopes.c.entry_cap,
+)
+
+
+def _state(row: Row | None) -> ScopeState | None:
+    if row is None:
+        return None
+    erasure = Erasure(row.erasure) if row.erasure else None
+    return ScopeState(
+        row.enabled, row.generation, row.consent_expires_at, erasure, row.max_expiry_seconds, row.entry_cap
+    )
+
+
+def _encode_cursor(key: ScopeKey, created_at: datetime, entry_id: uuid.UUID) -> str:
+    micros = int(created_at.timestamp() * 1_000_000)
+    raw = key.scope_id.bytes[:8] + micros.to_bytes(8, "big", signed=True) + entry_id.bytes
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def _decode_cursor(key: ScopeKey, cursor: object) -> tuple[datetime, uuid.UUID]:
+    """A cursor only moves within the scope it was issued for; anything else is ``bad_input``."""
+    if not isinstance(cursor, str) or len(cursor) != 43:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=")
+    except (binascii.Error, ValueError):
+        raise GovernedMemoryError(Reason.BAD_INPUT) from None
+    if len(raw) != 32 or raw[:8] != key.scope_id.bytes[:8]:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    micros = int.from_bytes(raw[8:16], "big", signed=True)
+    try:
+        created_at = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=micros)
+    except OverflowError:
+        raise GovernedMemoryError(Reason.BAD_INPUT) from None
+    return created_at, uuid.UUID(bytes=raw[16:])
+
+
+def _version_tuple(version: str) -> tuple[int, ...]:
+    return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+
+
+class Store:
+    """Governed memory over one PostgreSQL database. Create with ``Store.connect``; ``close`` when done."""
+
+    def __init__(self, engine: AsyncEngine, policy: Policy) -> None:
+        self._engine = engine
+        self.policy = policy
+
+    @classmethod
+    def connect(cls, url: str, policy: Policy, *, pool_size: int = 5, max_overflow: int = 10) -> Store:
+        """A store over ``url`` (``postgresql+asyncpg://``). Connections are opened lazily."""
+        engine = create_async_engine(
+            url,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_pre_ping=True,
+            connect_args={
+                "command_timeout": 30,
+                "server_settings": {
+                    "application_name": "kagent-memory-governed",
+                    "statement_timeout": "15000",
+                    "lock_timeout": "10000",
+                    "idle_in_transaction_session_timeout": "60000",
+                },
+            },
+        )
+        return cls(engine, policy)
+
+    async def close(self) -> None:
+        await self._engine.dispose()
+
+    # -- transactions ---------------------------------------------------------------------------
+
+    @asynccontextmanager
+    async def _transaction(self, *, durable: bool = True) -> AsyncIterator[AsyncConnection]:
+        """One transaction. Database failures become ``store_unavailable`` with no database text;
+        a ``_Refused`` commits the transaction (its ledger row) and is raised as its reason."""
+        refusal: Reason | None = None
+        try:
+            async with self._engine.begin() as conn:
+                if not durable:  # read-path ledger rows: losing the last few on a crash is acceptable
+                    await conn.execute(text("SET LOCAL synchronous_commit = off"))
+                try:
+                    yield conn
+                except _Refused as refused:
+                    refusal = refused.reason
+        except GovernedMemoryError:
+            raise
+        except IntegrityError:
+            raise GovernedMemoryError(Reason.BAD_INPUT) from None
+        except _DATABASE_ERRORS:
+            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE) from None
+        if refusal is not None:
+            raise GovernedMemoryError(refusal) from None
+
+    @staticmethod
+    async def _record(
+        conn: AsyncConnection,
+        operation: str,
+        result: str,
+        *,
+        reason: Reason | None = None,
+        scope_id: uuid.UUID | None = None,
+        generation: int | None = None,
+        count: int | None = None,
+        entry_id: uuid.UUID | None = None,
+        at: datetime | None = None,
+    ) -> None:
+        await conn.execute(
+            insert(ledger).values(
+                at=at or clock.now(),
+                operation=operation,
+                result=result,
+                reason=reason.value if reason else None,
+                scope_id=scope_id,
+                generation=generation,
+                count=count,
+                entry_id=entry_id,
+            )
+        )
+
+    async def _refuse(self, operation: str, reason: Reason, *, scope_id: uuid.UUID | None = None) -> None:
+        """Record a refusal decided before any transaction, then raise it."""
+        async with self._transaction() as conn:
+            await self._record(conn, operation, "refused", reason=reason, scope_id=scope_id)
+            raise _Refused(reason)
+
+    @staticmethod
+    async def _scope_state(conn: AsyncConnection, scope_id: uuid.UUID, *, lock: bool) -> ScopeState | None:
+        query = select(*_STATE_COLUMNS).where(scopes.c.scope_id == scope_id)
+        if lock:
+            query = query.with_for_update()
+        return _state((await conn.execute(query)).one_or_none())
+
+    # -- schema -----------------------------------------------------------------------------------
+
+    async def migrate(self) -> str:
+        """Create or upgrade the schema to head under an advisory lock; returns the revision.
+        Refuses (``unsupported_database``) PostgreSQL older than 15 or pgvector older than 0.7."""
+        from alembic import command
+        from alembic.config import Config
+
+        def upgrade(sync_conn) -> None:  # alembic is synchronous; it runs on this connection
+            config = Config()
+            config.set_main_option("script_location", str(files("kagent_memory_governed") / "migrations"))
+            config.attributes["connection"] = sync_conn
+            command.upgrade(config, "head")
+
+        async with self._transaction() as conn:
+            await conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+            await self._check_server(conn, installed=False)
+            await conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+            await conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+            await conn.run_sync(upgrade)
+        return await self.revision()
+
+    async def revision(self) -> str | None:
+        """The schema revision in the database, or ``None`` before the first migration."""
+        async with self._transaction() as conn:
+            exists = await conn.scalar(select(func.to_regclass(f"{SCHEMA}.alembic_version")))
+            if exists is None:
+                return None
+            return await conn.scalar(text(f"SELECT version_num FROM {SCHEMA}.alembic_version"))
+
+    async def check_ready(self) -> None:
+        """Refuse to serve unless the server, pgvector and the schema are what this package needs."""
+        from alembic.script import ScriptDirectory
+
+        async with self._transaction() as conn:
+            await self._check_server(conn, installed=True)
+        script = ScriptDirectory(str(files("kagent_memory_governed") / "migrations"))
+        if await self.revision() != script.get_current_head():
+            raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
+
+    @staticmethod
+    async def _check_server(conn: AsyncConnection, *, installed: bool) -> None:
+        server = int(await conn.scalar(text("SHOW server_version_num")))
+        column = "installed_version" if installed else "default_version"
+        vector = await conn.scalar(text(f"SELECT {column} FROM pg_available_extensions WHERE name = 'vector'"))
+        if server < MIN_SERVER_VERSION or vector is None or _version_tuple(vector) < MIN_PGVECTOR:
+            raise GovernedMemoryError(Reason.UNSUPPORTED_DATABASE)
+
+    # -- consent ----------------------------------------------------------------------------------
+
+    async def grant(
+        self, key: ScopeKey, *, purpose: str, policy_version: str, valid_until: datetime | None = None
+    ) -> Grant:
+        """Enable ``key`` for a purpose under a policy version and advance its generation (R6, R7).
+        Refuses ``bad_input`` labels and, while an erasure is unfinished, ``erasure_pending``/``erasure_failed``."""
+        sid = key.scope_id
+        try:
+            admit_label(purpose)
+            admit_label(policy_version)
+            if valid_until is not None and valid_until.tzinfo is None:
+                raise GovernedMemoryError(Reason.BAD_INPUT)
+        except GovernedMemoryError as refused:
+            await self._refuse("grant", refused.reason, scope_id=sid)
+        now = clock.now()
+        async with self._transaction() as conn:
+            await conn.execute(
+                pg_insert(scopes)
+                .values(
+                    scope_id=sid,
+                    principal=key.principal.mxid,
+                    origin=key.principal.origin.value,
+                    agent=str(key.agent),
+                    scope_kind=key.room.kind.value,
+                    room=key.room.room_id,
+                    enabled=False,
+                    generation=0,
+                    max_expiry_seconds=self.policy.max_expiry_seconds,
+                    entry_cap=self.policy.entry_cap,
+                    resume=False,
+                    updated_at=now,
+                )
+                .on_conflict_do_nothing(index_elements=[scopes.c.scope_id])
+            )
+            refusal = grant_refusal(await self._scope_state(conn, sid, lock=True))
+            if refusal is not None:
+                await self._record(conn, "grant", "refused", reason=refusal, scope_id=sid, at=now)
+                raise _Refused(refusal)
+            generation = await conn.scalar(
+                update(scopes)
+                .where(scopes.c.scope_id == sid)
+                .values(
+                    enabled=True,
+                    generation=scopes.c.generation + 1,
+                    purpose=purpose,
+                    policy_version=policy_version,
+                    consented_at=now,
+                    consent_expires_at=valid_until,
+                    max_expiry_seconds=self.policy.max_expiry_seconds,
+                    entry_cap=self.policy.entry_cap,
+                    resume=False,
+                    updated_at=now,
+                )
+                .returning(scopes.c.generation)
+            )
+            await self._record(conn, "grant", "ok", scope_id=sid, generation=generation, at=now)
+        return Grant(generation, self.policy.max_expiry_seconds, self.policy.entry_cap)
+
+    async def status(self, key: ScopeKey) -> Status:
+        """The scope's consent, effective limits, live entry count and last erasure (R10)."""
+        sid = key.scope_id
+        now = clock.now()
+        live = (
+            select(func.count())
+            .select_from(entries)
+            .where(entries.c.scope_id == sid, entries.c.expires_at > now)
+            .scalar_subquery()
+        )
+        async with self._transaction(durable=False) as conn:
+            row = (
+                await conn.execute(
+                    select(
+                        scopes.c.enabled,
+                        scopes.c.generation,
+                        scopes.c.purpose,
+                        scopes.c.policy_version,
+                        scopes.c.max_expiry_seconds,
+                        scopes.c.entry_cap,
+                        scopes.c.erasure,
+                        scopes.c.erasure_at,
+                        live.label("live"),
+                    ).where(scopes.c.scope_id == sid)
+                )
+            ).one_or_none()
+            await self._record(conn, "status", "ok", scope_id=sid, at=now)
+        if row is None:
+            return Status(False, 0, None, None, self.policy.max_expiry_seconds, self.policy.entry_cap, 0, None)
+        last = ErasureRecord(row.erasure_at, Erasure(row.erasure)) if row.erasure else None
+        return Status(
+            row.enabled,
+            row.generation,
+            row.purpose,
+            row.policy_version,
+            min(row.max_expiry_seconds, self.policy.max_expiry_seconds),
+            min(row.entry_cap, self.policy.entry_cap),
+            row.live,
+            last,
+        )
+
+    # -- data plane (fenced by generation) --------------------------------------------------------
+
+    async def write(
+        self, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None = None
+    ) -> list[uuid.UUID]:
+        """Store ``facts`` in ``key`` under consent ``generation``, all or none; returns their entry ids.
+
+        Refuses ``bad_input``, ``fact_too_large``, a fenced-off generation (``consent_*``) and
+        ``entry_cap_reached`` when the live entries plus these would pass the cap (never evicts).
+        Expiry is ``min(expires_in, policy maximum, maximum consented to)`` from the application clock.
+        """
+        sid = key.scope_id
+        try:
+            admit_generation(generation)
+            if not facts or len(facts) > self.policy.entry_cap:
+                raise GovernedMemoryError(Reason.BAD_INPUT)
+            admitted = [(admit_fact(f.text, self.policy), admit_embedding(f.embedding)) for f in facts]
+        except GovernedMemoryError as refused:
+            await self._refuse("write", refused.reason, scope_id=sid)
+        now = clock.now()
+        async with self._transaction() as conn:
+            state = await self._scope_state(conn, sid, lock=True)
+            refusal = fence(state, generation, now)
+            if refusal is None:
+                live = await conn.scalar(
+                    select(func.count())
+                    .select_from(entries)
+                    .where(entries.c.scope_id == sid, entries.c.expires_at > now)
+                )
+                if live + len(admitted) > min(state.entry_cap, self.policy.entry_cap):
+                    refusal = Reason.ENTRY_CAP_REACHED
+            if refusal is not None:
+                await self._record(
+                    conn, "write", "refused", reason=refusal, scope_id=sid, generation=generation, at=now
+                )
+                raise _Refused(refusal)
+            lifetime = timedelta(seconds=expiry_seconds(expires_in, self.policy, state.max_expiry_seconds))
+            ids = [uuid.uuid4() for _ in admitted]
+            await conn.execute(
+                insert(entries),
+                [
+                    {
+                        "scope_id": sid,
+                        "entry_id": entry_id,
+                        "text": fact,
+                        "embedding": vector,
+                        "generation": generation,
+                        "created_at": now,
+                        "expires_at": now + lifetime,
+                    }
+                    for entry_id, (fact, vector) in zip(ids, admitted, strict=True)
+                ],
+            )
+            await self._record(conn, "write", "ok", scope_id=sid, generation=generation, count=len(ids), at=now)
+        return ids
+
+    async def search(
+        self, key: ScopeKey, generation: int, embedding: Sequence[float], *, top_k: int = 5, min_score: float = 0.0
+    ) -> list[Hit]:
+        """The ``top_k`` live entries of ``key`` nearest to ``embedding`` by exact cosine similarity,
+        each scoring at least ``min_score``. The fence and the entries are read in one statement,
+        so one snapshot decides both. Refuses ``bad_input`` and a fenced-off generation."""
+        sid = key.scope_id
+        try:
+            admit_generation(generation)
+            query = admit_embedding(embedding)
+            if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= self.policy.entry_cap:
+                raise GovernedMemoryError(Reason.BAD_INPUT)
+            if not -1.0 <= float(min_score) <= 1.0:
+                raise GovernedMemoryError(Reason.BAD_INPUT)
+        except GovernedMemoryError as refused:
+            await self._refuse("search", refused.reason, scope_id=sid)
+        now = clock.now()
+        distance = entries.c.embedding.cosine_distance(query)
+        hits = (
+            select(
+                entries.c.entry_id,
+                entries.c.text,
+                entries.c.created_at,
+                entries.c.expires_at,
+                distance.label("distance"),
+            )
+            .where(entries.c.scope_id == scopes.c.scope_id, entries.c.expires_at > now, distance <= 1.0 - min_score)
+            .order_by(distance, entries.c.entry_id)
+            .limit(top_k)
+            .lateral("hits")
+        )
+        statement = (
+            select(*_STATE_COLUMNS, hits)
+            .select_from(scopes.outerjoin(hits, true()))
+            .where(scopes.c.scope_id == sid)
+            .order_by(hits.c.distance, hits.c.entry_id)
+        )
+        async with self._transaction(durable=False) as conn:
+            rows = (await conn.execute(statement)).all()
+            refusal = fence(_state(rows[0]) if rows else None, generation, now)
+            if refusal is not None:
+                await self._record(
+                    conn, "search", "refused", reason=refusal, scope_id=sid, generation=generation, at=now
+                )
+                raise _Refused(refusal)
+            found = [
+                Hit(r.entry_id, r.text, 1.0 - r.distance, r.created_at, r.expires_at)
+                for r in rows
+                if r.entry_id is not None
+            ]
+            await self._record(conn, "search", "ok", scope_id=sid, generation=generation, count=len(found), at=now)
+        return found
+
+    # -- control plane (the subject's own requests; not fenced by generation) ---------------------
+
+    async def inspect(self, key: ScopeKey, *, limit: int = MAX_PAGE, cursor: str | None = None) -> Page:
+        """One page of the live entries of ``key``, oldest first, with a cursor for the next (R11).
+        Refuses ``bad_input`` for a limit outside 1..50 and for a cursor not issued for this scope."""
+        sid = key.scope_id
+        try:
+            if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+                raise GovernedMemoryError(Reason.BAD_INPUT)
+            after = _decode_cursor(key, cursor) if cursor is not None else None
+        except GovernedMemoryError as refused:
+            await self._refuse("inspect", refused.reason, scope_id=sid)
+        now = clock.now()
+        query = (
+            select(entries.c.entry_id, entries.c.text, entries.c.created_at, entries.c.expires_at)
+            .where(entries.c.scope_id == sid, entries.c.expires_at > now)
+            .order_by(entries.c.created_at, entries.c.entry_id)
+            .limit(limit + 1)
+        )
+        if after is not None:
+            query = query.where(tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(*after))
+        async with self._transaction(durable=False) as conn:
+            rows = (await conn.execute(query)).all()
+            await self._record(conn, "inspect", "ok", scope_id=sid, count=min(len(rows), limit), at=now)
+        page = [Entry(r.entry_id, r.text, str(key.room), r.created_at, r.expires_at) for r in rows[:limit]]
+        more = len(rows) > limit
+        return Page(page, _encode_cursor(key, page[-1].created_at, page[-1].entry_id) if more else None)
+
+    async def forget(self, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
+        """Erase exactly one entry and verify it unreadable (R12). Fences like every erasure: the
+        generation advances, so stale work cannot re-add what was forgotten. Refuses ``not_found``
+        (no such entry in this scope) and, during an unfinished erasure, ``erasure_pending``/``erasure_failed``."""
+        if not isinstance(entry_id, uuid.UUID):
+            await self._refuse("forget", Reason.BAD_INPUT, scope_id=key.scope_id)
+        return await self._erase(key.scope_id, "forget", entry_id=entry_id, resume=True)
+
+    async def forget_all(self, key: ScopeKey) -> Erased:
+        """Erase every entry of ``key`` and verify none is left; consent stays as it was (R13).
+        Also completes an unfinished erasure."""
+        return await self._erase(key.scope_id, "forget_all", entry_id=None, resume=True)
+
+    async def off(self, key: ScopeKey) -> Erased:
+        """Withdraw consent, first (disable and advance the generation in one statement), then erase
+        and verify (R8, R13). The scope stays disabled until a new grant."""
+        return await self._erase(key.scope_id, "off", entry_id=None, resume=False)
+
+    async def offboard(self, principal: Principal) -> Offboarded:
+        """Disable every scope of ``principal`` (all agents, all rooms) in one statement, then erase and
+        verify each (R29). Raises ``erasure_failed`` if any scope could not be verified; those stay disabled."""
+        now = clock.now()
+        async with self._transaction() as conn:
+            fenced = (
+                await conn.execute(
+                    update(scopes)
+                    .where(scopes.c.principal == principal.mxid, scopes.c.origin == principal.origin.value)
+                    .values(self._fenced_values(now, resume=False))
+                    .returning(scopes.c.scope_id, scopes.c.generation)
+                )
+            ).all()
+            await self._record(conn, "offboard_fence", "ok", count=len(fenced), at=now)
+        erased, failed = 0, 0
+        for sid, generation in sorted(fenced):
+            try:
+                erased += await self._clear(sid, generation, "offboard", entry_id=None)
+            except GovernedMemoryError:
+                failed += 1
+        if failed:
+            with suppress(GovernedMemoryError):
+                async with self._transaction() as conn:
+                    await self._record(conn, "offboard", "failed", reason=Reason.ERASURE_FAILED, count=failed)
+            raise GovernedMemoryError(Reason.ERASURE_FAILED)
+        async with self._transaction() as conn:
+            await self._record(conn, "offboard", "ok", count=len(fenced))
+        return Offboarded(len(fenced), erased)
+
+    async def sweep(self, *, batch: int = 5000) -> int:
+        """Physically delete every expired entry (R19); returns how many. Safe to run on every replica."""
+        now = clock.now()
+        total = 0
+        while True:
+            doomed = (
+                select(entries.c.scope_id, entries.c.entry_id)
+                .where(entries.c.expires_at <= now)
+                .limit(batch)
+                .with_for_update(skip_locked=True)
+            )
+            async with self._transaction() as conn:
+                result = await conn.execute(
+                    delete(entries).where(tuple_(entries.c.scope_id, entries.c.entry_id).in_(doomed))
+                )
+                total += result.rowcount
+            if result.rowcount < batch:
+                break
+        async with self._transaction() as conn:
+            await self._record(conn, "sweep", "ok", count=total, at=now)
+        return total
+
+    # -- erasure ----------------------------------------------------------------------------------
+
+    @staticmethod
+    def _fenced_values(now: datetime, *, resume: bool) -> dict:
+        """Disable and advance the generation in one statement. ``resume`` re-enables after
+        verification only if the scope was enabled (or was resuming from an unfinished erasure)."""
+        interrupted = scopes.c.erasure.in_([Erasure.PENDING.value, Erasure.FAILED.value])
+        return {
+            "enabled": False,
+            "generation": scopes.c.generation + 1,
+            "erasure": Erasure.PENDING.value,
+            "erasure_at": now,
+            "resume": case((scopes.c.enabled, True), (interrupted, scopes.c.resume), else_=False)
+            if resume
+            else literal(False),
+            "updated_at": now,
+        }
+
+    async def _erase(self, sid: uuid.UUID, operation: str, *, entry_id: uuid.UUID | None, resume: bool) -> Erased:
+        now = clock.now()
+        async with self._transaction() as conn:
+            state = await self._scope_state(conn, sid, lock=True)
+            if entry_id is not None:
+                refusal = None
+                if state is not None and state.erasure is Erasure.PENDING:
+                    refusal = Reason.ERASURE_PENDING
+                elif state is not None and state.erasure is Erasure.FAILED:
+                    refusal = Reason.ERASURE_FAILED
+                elif state is None or not await conn.scalar(
+                    select(literal(True)).where(entries.c.scope_id == sid, entries.c.entry_id == entry_id)
+                ):
+                    refusal = Reason.NOT_FOUND
+                if refusal is not None:
+                    await self._record(conn, operation, "refused", reason=refusal, scope_id=sid, at=now)
+                    raise _Refused(refusal)
+            if state is None:  # never consented: nothing to fence or erase
+                await self._record(conn, operation, "ok", scope_id=sid, count=0, at=now)
+                return Erased(0, 0)
+            generation = await conn.scalar(
+                update(scopes)
+                .where(scopes.c.scope_id == sid)
+                .values(self._fenced_values(now, resume=resume))
+                .returning(scopes.c.generation)
+            )
+        return Erased(generation, await self._clear(sid, generation, operation, entry_id=entry_id))
+
+    async def _clear(self, sid: uuid.UUID, generation: int, operation: str, *, entry_id: uuid.UUID | None) -> int:
+        """Delete, verify in a fresh transaction, then settle the fenced scope. Any failure leaves it
+        disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
+        target = [entries.c.scope_id == sid]
+        if entry_id is not None:
+            target.append(entries.c.entry_id == entry_id)
+        try:
+            async with self._transaction() as conn:
+                erased = (await conn.execute(delete(entries).where(*target))).rowcount
+            async with self._transaction() as conn:
+                remaining = await conn.scalar(select(func.count()).select_from(entries).where(*target))
+            if remaining:
+                raise GovernedMemoryError(Reason.ERASURE_FAILED)
+            now = clock.now()
+            async with self._transaction() as conn:
+                await conn.execute(
+                    update(scopes)
+                    .where(scopes.c.scope_id == sid, scopes.c.generation == generation)
+                    .values(enabled=scopes.c.resume, erasure=Erasure.VERIFIED.value, erasure_at=now, updated_at=now)
+                )
+                await self._record(
+                    conn, operation, "ok", scope_id=sid, generation=generation, count=erased, entry_id=entry_id, at=now
+                )
+            return erased
+        except GovernedMemoryError:
+            await self._mark_failed(sid, generation, operation, entry_id)
+            raise GovernedMemoryError(Reason.ERASURE_FAILED) from None
+
+    async def _mark_failed(self, sid: uuid.UUID, generation: int, operation: str, entry_id: uuid.UUID | None) -> None:
+        """Best effort: if the database is gone too, the scope stays ``pending``, which is just as disabled."""
+        now = clock.now()
+        with suppress(GovernedMemoryError):
+            async with self._transaction() as conn:
+                await conn.execute(
+                    update(scopes)
+                    .where(scopes.c.scope_id == sid, scopes.c.generation == generation)
+                    .values(enabled=False, erasure=Erasure.FAILED.value, erasure_at=now, updated_at=now)
+                )
+                await self._record(
+                    conn,
+                    operation,
+                    "failed",
+                    reason=Reason.ERASURE_FAILED,
+                    scope_id=sid,
+                    generation=generation,
+                    entry_id=entry_id,
+                    at=now,
+                )
+
+
+__all__ = [
+    "MAX_PAGE",
+    "Entry",
+    "Erased",
+    "ErasureRecord",
+    "Grant",
+    "Hit",
+    "NewFact",
+    "Offboarded",
+    "Page",
+    "Status",
+    "Store",
+]

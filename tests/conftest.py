@@ -1,0 +1,74 @@
+"""A real PostgreSQL with pgvector for every store test.
+
+``KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL`` (a ``postgresql+asyncpg://`` URL) points the suite at an
+existing database, such as kagent's own; its ``governed_memory`` tables are truncated between tests.
+Unset: one embedded PostgreSQL 18 + pgvector server per test session.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from collections.abc import AsyncIterator, Callable
+
+import asyncpg
+import pytest
+
+from kagent_memory_governed.embedded import start
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
+from kagent_memory_governed.store import Store
+
+_serial = itertools.count()
+
+
+@pytest.fixture(scope="session")
+def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return os.environ.get("KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL") or start(tmp_path_factory.mktemp("pg"))
+
+
+@pytest.fixture(scope="session")
+async def store(database_url: str) -> AsyncIterator[Store]:
+    governed = Store.connect(database_url, Policy(), pool_size=10, max_overflow=20)
+    await governed.migrate()
+    yield governed
+    await governed.close()
+
+
+@pytest.fixture
+async def sql(database_url: str) -> AsyncIterator[asyncpg.Connection]:
+    """A plain connection for checking what is really in the database."""
+    conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
+    yield conn
+    await conn.close()
+
+
+@pytest.fixture(autouse=True)
+async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
+    yield
+    if "store" in request.fixturenames:
+        conn = await asyncpg.connect(
+            request.getfixturevalue("database_url").replace("postgresql+asyncpg://", "postgresql://")
+        )
+        await conn.execute("TRUNCATE governed_memory.entries, governed_memory.ledger, governed_memory.scopes")
+        await conn.close()
+
+
+def make_key(
+    user: str = "alice", *, origin: Origin = Origin.NATIVE, agent: str = "kagent/helper", room: str | None = None
+) -> ScopeKey:
+    return ScopeKey(
+        Principal.parse(f"@{user}:example.org", origin.value),
+        AgentId.parse(agent),
+        ControlRoom.parse(room or f"!room{next(_serial)}:example.org"),
+    )
+
+
+@pytest.fixture
+def key() -> ScopeKey:
+    return make_key()
+
+
+@pytest.fixture
+def new_key() -> Callable[..., ScopeKey]:
+    return make_key

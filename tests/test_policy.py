@@ -1,0 +1,101 @@
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+import pytest
+
+from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
+from kagent_memory_governed.policy import CEILINGS, Policy, admit_embedding, admit_fact, expiry_seconds
+
+
+def test_the_default_policy_is_the_ceilings() -> None:
+    policy = Policy()
+    assert {key: getattr(policy, key) for key in CEILINGS} == {key: ceiling for key, (ceiling, _) in CEILINGS.items()}
+    assert (policy.max_expiry_seconds, policy.entry_cap, policy.max_fact_bytes) == (604800, 100, 512)
+
+
+def test_a_policy_may_lower_every_ceiling() -> None:
+    policy = Policy.from_mapping({"max_expiry_seconds": 3600, "entry_cap": 10, "max_fact_bytes": 100})
+    assert (policy.max_expiry_seconds, policy.entry_cap, policy.max_fact_bytes) == (3600, 10, 100)
+
+
+@pytest.mark.parametrize(("key", "ceiling"), [(k, c) for k, (c, d) in CEILINGS.items() if d == "max"])
+def test_raising_a_ceiling_is_refused_naming_the_key(key: str, ceiling: int) -> None:
+    with pytest.raises(PolicyError, match=f"^{key}:"):
+        Policy.from_mapping({key: ceiling + 1})
+
+
+def test_the_autosave_interval_is_a_floor() -> None:
+    assert Policy.from_mapping({"autosave_every_user_turns": 10}).autosave_every_user_turns == 10
+    with pytest.raises(PolicyError, match="^autosave_every_user_turns:"):
+        Policy.from_mapping({"autosave_every_user_turns": 4})
+
+
+@pytest.mark.parametrize("value", ["50", 50.0, True, None, [50], 0, -1])
+def test_a_wrong_type_or_non_positive_value_is_refused(value: object) -> None:
+    with pytest.raises(PolicyError, match="^entry_cap:"):
+        Policy.from_mapping({"entry_cap": value})
+
+
+def test_an_unknown_key_is_refused_by_name() -> None:
+    with pytest.raises(PolicyError, match="^ttl_days: unknown policy key"):
+        Policy.from_mapping({"ttl_days": 3})
+
+
+def test_a_policy_file_is_read_and_validated(tmp_path: Path) -> None:
+    good = tmp_path / "policy.json"
+    good.write_text(json.dumps({"entry_cap": 20}))
+    assert Policy.from_file(good).entry_cap == 20
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    with pytest.raises(PolicyError, match="^policy:"):
+        Policy.from_file(bad)
+    with pytest.raises(PolicyError, match="^policy:"):
+        Policy.from_file(tmp_path / "missing.json")
+    array = tmp_path / "array.json"
+    array.write_text("[]")
+    with pytest.raises(PolicyError, match="^policy: must be a JSON object"):
+        Policy.from_file(array)
+
+
+def test_a_fact_of_512_utf8_bytes_is_admitted_and_513_refused() -> None:
+    policy = Policy()
+    assert admit_fact("a" * 512, policy)
+    assert admit_fact("é" * 256, policy)  # two bytes each
+    for too_large in ("a" * 513, "é" * 256 + "a", "€" * 171, "😀" * 128 + "a"):
+        with pytest.raises(GovernedMemoryError) as refused:
+            admit_fact(too_large, policy)
+        assert refused.value.reason is Reason.FACT_TOO_LARGE
+
+
+def test_a_lowered_fact_size_is_enforced() -> None:
+    with pytest.raises(GovernedMemoryError):
+        admit_fact("a" * 101, Policy(max_fact_bytes=100))
+
+
+@pytest.mark.parametrize("fact", ["", "   ", "nul\x00byte", "lone \ud800 surrogate", None, b"bytes"])
+def test_unstorable_facts_are_bad_input(fact: object) -> None:
+    with pytest.raises(GovernedMemoryError) as refused:
+        admit_fact(fact, Policy())
+    assert refused.value.reason is Reason.BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    "vector", [[1.0] * 767, [1.0] * 769, [0.0] * 768, [math.nan] + [1.0] * 767, [math.inf] * 768, ["x"] * 768, None]
+)
+def test_embeddings_must_be_768_finite_non_zero_floats(vector: object) -> None:
+    with pytest.raises(GovernedMemoryError):
+        admit_embedding(vector)
+
+
+def test_expiry_is_the_smallest_of_request_policy_and_consent() -> None:
+    policy = Policy(max_expiry_seconds=3600)
+    assert expiry_seconds(None, policy, 604800) == 3600
+    assert expiry_seconds(None, Policy(), 600) == 600
+    assert expiry_seconds(60, policy, 604800) == 60
+    assert expiry_seconds(10**9, policy, 604800) == 3600
+    for bad in (0, -5, True, 1.5):
+        with pytest.raises(GovernedMemoryError):
+            expiry_seconds(bad, policy, 604800)
