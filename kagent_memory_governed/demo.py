@@ -95,16 +95,14 @@ async def _lifecycle(store: Store) -> None:
     status = await store.status(key)
     filler = [NewFact(f"demo fact number {n}", embed(f"demo fact number {n}")) for n in range(status.entry_cap)]
     await store.write(key, status.generation, filler)
-    print(
-        f"{(await store.status(key)).entries} entries; one more: {await _refusal(store.write(key, status.generation, facts[:1]))}"
-    )
+    one_more = await _refusal(store.write(key, status.generation, facts[:1]))
+    print(f"{(await store.status(key)).entries} entries; one more: {one_more}")
 
     _step("off: disable first, then erase and verify")
     off = await store.off(key)
     status = await store.status(key)
-    print(
-        f"enabled {status.enabled}; generation {off.generation}; erased {off.erased}; last erasure {status.last_erasure.result}"
-    )
+    print(f"enabled {status.enabled}; generation {off.generation}; erased {off.erased}")
+    print(f"last erasure: {status.last_erasure.result}")
     print(
         f"a background save admitted before off: {await _refusal(store.write(key, status.generation - 1, facts[:1]))}"
     )

@@ -15,7 +15,8 @@ from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
 _MAX_ID_BYTES = 255  # Matrix caps user and room ids at 255 bytes
 # Server name: DNS name, IPv4 or [IPv6] literal, optional port (Matrix spec, appendix "Server Name").
-_SERVER = r"(?:[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*|\[[0-9A-Fa-f:.]{2,45}\])(?::[0-9]{1,5})?"
+_DNS_NAME = r"[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]*[A-Za-z0-9])?)*"
+_SERVER = rf"(?:{_DNS_NAME}|\[[0-9A-Fa-f:.]{{2,45}}\])(?::[0-9]{{1,5}})?"
 _MXID = re.compile(rf"@(?P<local>[a-z0-9._=\-/+]+):(?P<server>{_SERVER})")
 _ROOM_ID = re.compile(rf"![A-Za-z0-9._~+/=\-]+(?::{_SERVER})?")  # room v12 ids have no server part
 _DNS_LABEL = re.compile(r"[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?")

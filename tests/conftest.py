@@ -9,15 +9,17 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
 import pytest
 
 from kagent_memory_governed.embedded import start
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
-from kagent_memory_governed.store import Store
+from kagent_memory_governed.store import NewFact, Store
 
 _serial = itertools.count()
 
@@ -46,7 +48,7 @@ async def sql(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 @pytest.fixture(autouse=True)
 async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     yield
-    if "store" in request.fixturenames:
+    if "database_url" in request.fixturenames:
         conn = await asyncpg.connect(
             request.getfixturevalue("database_url").replace("postgresql+asyncpg://", "postgresql://")
         )
@@ -72,3 +74,15 @@ def key() -> ScopeKey:
 @pytest.fixture
 def new_key() -> Callable[..., ScopeKey]:
     return make_key
+
+
+def facts(*texts: str) -> list[NewFact]:
+    return [NewFact(text, embed(text)) for text in texts]
+
+
+async def refusal(work: Awaitable[object]) -> Reason:
+    """The reason code ``work`` was refused with; fails the test if it was admitted."""
+    with pytest.raises(GovernedMemoryError) as refused:
+        await work
+    assert str(refused.value) == refused.value.reason.value  # the code is the whole message
+    return refused.value.reason
