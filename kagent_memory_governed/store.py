@@ -27,6 +27,7 @@ from importlib.resources import files
 import asyncpg
 from sqlalchemy import Row, case, delete, func, insert, literal, select, text, true, tuple_, update
 from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -41,7 +42,14 @@ MIN_SERVER_VERSION = 150000  # PostgreSQL 15
 MIN_PGVECTOR = (0, 7, 0)
 MAX_PAGE = 50
 _MIGRATION_LOCK = 0x6B6D6700  # advisory lock id: concurrent `migrate` runs serialize
-_DATABASE_ERRORS = (SQLAlchemyError, asyncpg.PostgresError, asyncpg.InterfaceError, OSError, asyncio.TimeoutError)
+_DATABASE_ERRORS = (
+    SQLAlchemyError,
+    AsyncAdapt_asyncpg_dbapi.Error,  # raised unwrapped when a connection dies inside an event hook
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,
+    asyncio.TimeoutError,
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -682,7 +690,7 @@ class Store:
                     conn, operation, "ok", scope_id=sid, generation=generation, count=erased, entry_id=entry_id, at=now
                 )
             return erased
-        except GovernedMemoryError:
+        except Exception:  # whatever failed, the scope stays disabled (R9)
             await self._mark_failed(sid, generation, operation, entry_id)
             raise GovernedMemoryError(Reason.ERASURE_FAILED) from None
 

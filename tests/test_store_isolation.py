@@ -1,0 +1,101 @@
+"""No cross-room, cross-user, cross-origin or cross-agent reuse (R1-R3, R28); inspect pages are bounded (R11)."""
+
+from __future__ import annotations
+
+import base64
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from conftest import facts, make_key, refusal
+from freezegun import freeze_time
+
+from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.local_embedding import embed
+from kagent_memory_governed.scope import Origin, ScopeKey
+from kagent_memory_governed.store import Store
+
+SECRET = "alice keeps her spare key under the blue flowerpot"
+
+
+@pytest.fixture
+async def consented(store: Store) -> tuple[ScopeKey, int]:
+    key = make_key(room="!control:example.org")
+    grant = await store.grant(key, purpose="assist", policy_version="v1")
+    await store.write(key, grant.generation, facts(SECRET))
+    return key, grant.generation
+
+
+@pytest.mark.parametrize(
+    "neighbour",
+    [
+        make_key(origin=Origin.APPSERVICE, room="!control:example.org"),  # same MXID, bridged origin
+        make_key("bob", room="!control:example.org"),  # another user in the same room
+        make_key(room="!other:example.org"),  # same user, another room
+        make_key(agent="kagent/planner", room="!control:example.org"),  # same user and room, another agent
+        make_key(room="!control:other.example"),  # a room id from another server
+    ],
+    ids=["origin", "user", "room", "agent", "server"],
+)
+async def test_a_neighbouring_scope_sees_nothing(store: Store, consented, neighbour: ScopeKey):
+    key, generation = consented
+    assert await refusal(store.search(neighbour, generation, embed(SECRET))) is Reason.CONSENT_MISSING
+    assert (await store.inspect(neighbour)).entries == []
+    assert (await store.status(neighbour)).entries == 0
+    # even with consent of its own under the very same generation number
+    grant = await store.grant(neighbour, purpose="assist", policy_version="v1")
+    assert grant.generation == generation
+    assert await store.search(neighbour, grant.generation, embed(SECRET)) == []
+    assert [hit.text for hit in await store.search(key, generation, embed(SECRET))] == [SECRET]
+
+
+async def test_inspect_pages_through_every_live_entry_once_in_a_stable_order(store: Store, key: ScopeKey):
+    t0 = datetime(2026, 6, 1, tzinfo=UTC)
+    with freeze_time(t0, real_asyncio=True) as frozen:
+        grant = await store.grant(key, purpose="assist", policy_version="v1")
+        written = []
+        for n in range(23):
+            frozen.tick(timedelta(seconds=1) if n % 4 else timedelta(0))  # some share a created_at
+            written += await store.write(key, grant.generation, facts(f"fact {n}"))
+        seen, cursor, pages = [], None, 0
+        while True:
+            page = await store.inspect(key, limit=5, cursor=cursor)
+            assert len(page.entries) <= 5
+            seen += page.entries
+            pages += 1
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+    assert pages == 5
+    assert sorted(e.entry_id for e in seen) == sorted(written)
+    assert [(e.created_at, e.entry_id) for e in seen] == sorted((e.created_at, e.entry_id) for e in seen)
+    assert {e.source_scope for e in seen} == {f"control-room:{key.room.room_id}"}
+    assert all(e.expires_at == e.created_at + timedelta(days=7) for e in seen)
+
+
+async def test_a_cursor_from_another_scope_or_forged_is_refused(store: Store, consented):
+    key, generation = consented
+    await store.write(key, generation, facts("second"))
+    cursor = (await store.inspect(key, limit=1)).next_cursor
+    other = make_key("bob")
+    assert await refusal(store.inspect(other, cursor=cursor)) is Reason.BAD_INPUT
+    raw = bytearray(base64.urlsafe_b64decode(cursor + "="))
+    raw[0] ^= 0xFF
+    for forged in (
+        base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("="),
+        cursor[:-1],
+        cursor + "A",
+        "!" * 43,
+        "",
+        42,
+    ):
+        assert await refusal(store.inspect(key, cursor=forged)) is Reason.BAD_INPUT
+
+
+async def test_search_returns_the_nearest_entries_above_the_minimum_score(store: Store, key: ScopeKey):
+    grant = await store.grant(key, purpose="assist", policy_version="v1")
+    await store.write(key, grant.generation, facts("likes green tea", "deploys on fridays", "lives in lisbon"))
+    hits = await store.search(key, grant.generation, embed("green tea"), top_k=2)
+    assert hits[0].text == "likes green tea" and len(hits) == 2
+    assert hits[0].score >= hits[1].score
+    strict = await store.search(key, grant.generation, embed("green tea"), min_score=0.5)
+    assert [hit.text for hit in strict] == ["likes green tea"]
