@@ -282,8 +282,11 @@ class Store:
 
         async with self._transaction() as conn:
             await conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
-            await self._check_server(conn, installed=False)
+            await self._check_server(conn)
             await conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+            installed = await conn.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
+            if _version_tuple(installed) < MIN_PGVECTOR:  # only then: updating needs the extension's owner
+                await conn.execute(text("ALTER EXTENSION vector UPDATE"))
             await conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
             await conn.run_sync(upgrade)
         return await self.revision()
@@ -297,20 +300,26 @@ class Store:
             return await conn.scalar(text(f"SELECT version_num FROM {SCHEMA}.alembic_version"))
 
     async def check_ready(self) -> None:
-        """Refuse to serve unless the server, pgvector and the schema are what this package needs."""
+        """Refuse to serve unless the server and pgvector are supported (``unsupported_database``) and the
+        schema and installed pgvector are what this package migrates to (``schema_outdated``: run ``migrate``)."""
         from alembic.script import ScriptDirectory
 
         async with self._transaction() as conn:
-            await self._check_server(conn, installed=True)
+            await self._check_server(conn)
+            installed = await conn.scalar(
+                text("SELECT installed_version FROM pg_available_extensions WHERE name = 'vector'")
+            )
         script = ScriptDirectory(str(files("kagent_memory_governed") / "migrations"))
+        if installed is None or _version_tuple(installed) < MIN_PGVECTOR:
+            raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
         if await self.revision() != script.get_current_head():
             raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
 
     @staticmethod
-    async def _check_server(conn: AsyncConnection, *, installed: bool) -> None:
+    async def _check_server(conn: AsyncConnection) -> None:
+        """PostgreSQL 15 or newer with pgvector 0.7 or newer available."""
         server = int(await conn.scalar(text("SHOW server_version_num")))
-        column = "installed_version" if installed else "default_version"
-        vector = await conn.scalar(text(f"SELECT {column} FROM pg_available_extensions WHERE name = 'vector'"))
+        vector = await conn.scalar(text("SELECT default_version FROM pg_available_extensions WHERE name = 'vector'"))
         if server < MIN_SERVER_VERSION or vector is None or _version_tuple(vector) < MIN_PGVECTOR:
             raise GovernedMemoryError(Reason.UNSUPPORTED_DATABASE)
 

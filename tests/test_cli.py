@@ -1,0 +1,62 @@
+"""The console script: migrate, sweep and demo, with content-free output and clear configuration errors."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+COMMAND = str(Path(sys.executable).parent / "kagent-memory-governed")
+
+
+def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
+    return subprocess.run([COMMAND, *args], env={**clean, **env}, capture_output=True, text=True, timeout=300)
+
+
+def test_migrate_and_sweep_against_the_configured_database(database_url: str, store):
+    migrated = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
+    assert (migrated.returncode, migrated.stdout) == (0, "governed memory schema at revision 0001\n")
+    swept = run("sweep", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
+    assert (swept.returncode, swept.stdout) == (0, "swept 0 expired entries\n")
+
+
+def test_a_policy_that_raises_a_ceiling_stops_with_the_key_named(tmp_path: Path, database_url: str):
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"entry_cap": 500}))
+    result = run("sweep", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url, KAGENT_GOVERNED_MEMORY_POLICY=str(policy))
+    assert result.returncode == 2
+    assert "entry_cap" in result.stderr and "ceiling" in result.stderr
+
+
+def test_a_bad_database_url_is_refused_without_echoing_it():
+    result = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL="postgres://admin:hunter2-secret@db/kagent")
+    assert result.returncode == 2
+    assert "database_url" in result.stderr and "hunter2" not in result.stderr
+
+
+def test_an_unreachable_database_is_a_reason_code(tmp_path: Path):
+    url = f"postgresql+asyncpg://postgres:s3cret-pw@/postgres?host={tmp_path}"
+    result = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=url)
+    assert (result.returncode, result.stderr) == (1, "refused: store_unavailable\n")
+
+
+def test_the_demo_runs_the_whole_lifecycle_on_the_embedded_default(tmp_path: Path):
+    result = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
+    assert result.returncode == 0, result.stderr
+    out = result.stdout
+    for expected in (
+        "write refused: consent_missing",
+        "enabled at generation 1",
+        "stored 3 entries",
+        "another room sees: consent_missing",
+        "erased 1; verified; 2 entries left",
+        "a save under the old generation: consent_stale",
+        "live entries 0; search hits 0; swept 2",
+        "100 entries; one more: entry_cap_reached",
+        "enabled False",
+        "a background save admitted before off: consent_disabled",
+    ):
+        assert expected in out

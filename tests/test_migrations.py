@@ -1,0 +1,82 @@
+"""``migrate`` creates and upgrades the schema; the code's declaration and the migrations agree."""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+
+import asyncpg
+import pytest
+from alembic.autogenerate import compare_metadata
+from alembic.migration import MigrationContext
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.schema import SCHEMA, metadata
+from kagent_memory_governed.store import Store
+
+_databases = itertools.count()
+
+
+@pytest.fixture
+async def fresh_database(database_url: str, sql: asyncpg.Connection):
+    name = f"fresh_{next(_databases)}"
+    await sql.execute(f"DROP DATABASE IF EXISTS {name}")
+    await sql.execute(f"CREATE DATABASE {name}")
+    yield database_url.replace("/postgres?", f"/{name}?")
+    await sql.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+async def test_migrate_reaches_head_and_is_idempotent(store: Store):
+    assert await store.migrate() == "0001"
+    assert await store.migrate() == "0001"
+    await store.check_ready()
+
+
+async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: str):
+    first, second = Store.connect(fresh_database, Policy()), Store.connect(fresh_database, Policy())
+    try:
+        with pytest.raises(GovernedMemoryError) as refused:
+            await first.check_ready()
+        assert refused.value.reason is Reason.SCHEMA_OUTDATED
+        assert await first.revision() is None
+        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0001", "0001"]  # replicas race safely
+        await first.check_ready()
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_the_declared_schema_matches_the_migrations(store: Store, database_url: str):
+    engine = create_async_engine(database_url)
+    try:
+        async with engine.connect() as conn:
+
+            def differences(sync_conn) -> list:
+                context = MigrationContext.configure(
+                    sync_conn,
+                    opts={
+                        "include_schemas": True,
+                        "include_name": lambda name, kind, _: kind != "schema" or name == SCHEMA,
+                        "include_object": lambda obj, name, kind, *_: name != "alembic_version",
+                    },
+                )
+                return compare_metadata(context, metadata)
+
+            assert await conn.run_sync(differences) == []
+    finally:
+        await engine.dispose()
+
+
+async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key(sql: asyncpg.Connection, store):
+    storage = await sql.fetchval(
+        "SELECT attstorage::text FROM pg_attribute WHERE attrelid = 'governed_memory.entries'::regclass"
+        " AND attname = 'embedding'"
+    )
+    assert storage == "p"
+    leading = await sql.fetchval(
+        "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]"
+        " WHERE i.indrelid = 'governed_memory.entries'::regclass AND i.indisprimary"
+    )
+    assert leading == "scope_id"
