@@ -80,3 +80,14 @@ async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key
         " WHERE i.indrelid = 'governed_memory.entries'::regclass AND i.indisprimary"
     )
     assert leading == "scope_id"
+
+
+async def test_the_database_refuses_orphan_entries_and_wrong_dimensions(sql: asyncpg.Connection, store):
+    insert = (
+        "INSERT INTO governed_memory.entries VALUES (gen_random_uuid(), gen_random_uuid(), 'x', $1, 1,"
+        " now(), now() + interval '1 hour')"
+    )
+    with pytest.raises(asyncpg.ForeignKeyViolationError):
+        await sql.execute(insert, str([1.0] * 768))
+    with pytest.raises(asyncpg.DataError, match="768"):
+        await sql.execute(insert, str([1.0] * 767))
