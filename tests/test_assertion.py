@@ -1,0 +1,185 @@
+"""The scope assertion is verified exactly as CONTRACT.md says; every refusal is a reason code (R4, R28, R32)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from bridge import HOMESERVER, Bridge, b64, compact
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from kagent_memory_governed.assertion import Trust, verify
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+T = NOW.timestamp()
+ALICE = f"@alice:{HOMESERVER}"
+
+
+@pytest.fixture(scope="module")
+def bridge() -> Bridge:
+    return Bridge()
+
+
+def reason_for(token: object, trust: Trust, **kwargs) -> Reason:
+    kwargs.setdefault("user_id", ALICE)
+    with pytest.raises(GovernedMemoryError) as refused:
+        verify(token, trust, now=NOW, **kwargs)
+    assert str(refused.value) == refused.value.reason.value
+    return refused.value.reason
+
+
+def test_a_valid_scope_assertion_yields_the_typed_key_and_generation(bridge: Bridge):
+    assertion = verify(bridge.sign(T, gen=7), bridge.trust(), now=NOW, user_id=ALICE)
+    assert assertion.key.principal.mxid == ALICE
+    assert str(assertion.key.agent) == "kagent/helper"
+    assert assertion.key.room.room_id == f"!control:{HOMESERVER}"
+    assert assertion.generation == 7
+    assert assertion.expires_at.timestamp() == int(T) + 120
+
+
+def test_control_and_offboard_tokens_carry_no_generation(bridge: Bridge):
+    control = verify(bridge.sign(T, "control"), bridge.trust(), now=NOW, purpose="control")
+    assert control.generation is None and control.key.room.room_id == f"!control:{HOMESERVER}"
+    offboard = verify(bridge.sign(T, "offboard"), bridge.trust(), now=NOW, purpose="offboard")
+    assert offboard.key is None and offboard.principal.mxid == ALICE
+
+
+@pytest.mark.parametrize("token", [None, ""])
+def test_no_token_is_no_assertion(bridge: Bridge, token: object):
+    assert reason_for(token, bridge.trust()) is Reason.NO_ASSERTION
+
+
+def test_another_key_is_a_bad_signature(bridge: Bridge):
+    impostor = Bridge()
+    assert reason_for(impostor.sign(T), bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_a_tampered_payload_is_refused(bridge: Bridge):
+    header, _, signature = bridge.sign(T).split(".")
+    forged = b64(json.dumps(bridge.claims(T, sub="@mallory:example.org")).encode())
+    assert reason_for(f"{header}.{forged}.{signature}", bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_alg_none_and_hs256_with_the_public_key_as_secret_are_refused(bridge: Bridge):
+    claims = bridge.claims(T)
+    unsigned = compact({"alg": "none"}, claims, lambda _: b"")
+    assert reason_for(unsigned, bridge.trust()) is Reason.BAD_ASSERTION
+    assert reason_for(unsigned.rsplit(".", 1)[0] + ".", bridge.trust()) is Reason.BAD_ASSERTION
+    secret = bridge.public_pem.encode()
+    hs256 = compact({"alg": "HS256"}, claims, lambda data: hmac.new(secret, data, hashlib.sha256).digest())
+    assert reason_for(hs256, bridge.trust()) is Reason.BAD_ASSERTION
+
+
+@pytest.mark.parametrize(
+    "header",
+    [
+        {"alg": "EdDSA", "jku": "https://evil.example/keys"},
+        {"alg": "EdDSA", "jwk": {"kty": "OKP"}},
+        {"alg": "EdDSA", "x5u": "https://evil.example/cert"},
+        {"alg": "EdDSA", "crit": ["exp"]},
+        {"alg": "ES256"},
+        {"typ": "JWT"},
+    ],
+)
+def test_header_tricks_are_refused(bridge: Bridge, header: dict):
+    assert reason_for(bridge.sign(T, header=header), bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_a_kid_is_ignored_not_trusted(bridge: Bridge):
+    token = bridge.sign(T, header={"alg": "EdDSA", "kid": "../../etc/passwd"})
+    assert verify(token, bridge.trust(), now=NOW, user_id=ALICE).generation == 1
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"iss": "someone-else"},
+        {"aud": "kagent/other-agent"},
+        {"aud": "kagent/helper#control"},
+        {"aud": ["kagent/helper"]},
+        {"scope": "space"},
+        {"room": "#alias:example.org"},
+        {"gen": 0},
+        {"gen": "1"},
+        {"gen": True},
+        {"iat": int(T) - 400, "exp": int(T) + 10},  # lifetime over 300 s
+        {"exp": int(T) - 31, "iat": int(T) - 100},  # expired beyond the leeway
+        {"iat": int(T) + 31, "exp": int(T) + 100},  # issued in the future beyond the leeway
+        {"exp": int(T)},  # exp before iat + 1
+        {"iat": float(T)},
+        {"jti": ""},
+        {"jti": 5},
+        {"sub": "alice"},
+        {"origin": "federated"},
+    ],
+)
+def test_claims_that_do_not_match_are_bad_assertions(bridge: Bridge, changes: dict):
+    assert reason_for(bridge.sign(T, **changes), bridge.trust()) is Reason.BAD_ASSERTION
+
+
+@pytest.mark.parametrize("claim", ["iss", "aud", "sub", "origin", "room", "scope", "gen", "iat", "exp", "jti"])
+def test_every_claim_is_required(bridge: Bridge, claim: str):
+    assert reason_for(bridge.sign(T, **{claim: ...}), bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_the_leeway_is_thirty_seconds_each_way(bridge: Bridge):
+    trust = bridge.trust()
+    assert verify(bridge.sign(T, iat=int(T) - 129, exp=int(T) - 29), trust, now=NOW, user_id=ALICE)
+    assert verify(bridge.sign(T, iat=int(T) + 30, exp=int(T) + 90), trust, now=NOW, user_id=ALICE)
+    assert reason_for(bridge.sign(T, iat=int(T) - 130, exp=int(T) - 30), trust) is Reason.BAD_ASSERTION
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [{"origin": "appservice"}, {"sub": "@alice:remote.example"}, {"sub": "@alice:example.org.evil"}],
+)
+def test_bridged_remote_and_lookalike_principals_are_not_admitted(bridge: Bridge, changes: dict):
+    user = changes.get("sub", ALICE)
+    assert reason_for(bridge.sign(T, **changes), bridge.trust(), user_id=user) is Reason.PRINCIPAL_NOT_ADMITTED
+
+
+@pytest.mark.parametrize("user_id", [None, "@bob:example.org", "@Alice:example.org", "alice", ALICE + " "])
+def test_sub_must_equal_the_request_user_exactly(bridge: Bridge, user_id: object):
+    assert reason_for(bridge.sign(T), bridge.trust(), user_id=user_id) is Reason.SCOPE_MISMATCH
+
+
+def test_duplicate_claims_are_refused(bridge: Bridge):
+    claims = json.dumps(bridge.claims(T))
+    duplicated = claims[:-1] + ', "sub": "@mallory:example.org"}'
+    token = compact({"alg": "EdDSA"}, duplicated, bridge.private_key.sign)
+    assert reason_for(token, bridge.trust()) is Reason.BAD_ASSERTION
+
+
+@pytest.mark.parametrize(
+    "token",
+    ["a.b", "a.b.c.d", "!!.!!.!!", "e30.e30.e30", "x" * 5000, "é.é.é", 42, b"bytes", "eyJhbGciOiJFZERTQSJ9..", "..."],
+)
+def test_malformed_tokens_are_bad_assertions(bridge: Bridge, token: object):
+    assert reason_for(token, bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_a_padded_or_non_object_part_is_refused(bridge: Bridge):
+    header, payload, signature = bridge.sign(T).split(".")
+    assert reason_for(f"{header}=.{payload}.{signature}", bridge.trust()) is Reason.BAD_ASSERTION
+    array = compact({"alg": "EdDSA"}, "[1, 2]", bridge.private_key.sign)
+    assert reason_for(array, bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_the_public_key_loads_from_pem_text_or_a_file(bridge: Bridge, tmp_path: Path):
+    path = tmp_path / "bridge.pem"
+    path.write_text(bridge.public_pem)
+    for value in (bridge.public_pem, f"@{path}"):
+        assert Trust.load_public_key(value).public_bytes_raw() == bridge.private_key.public_key().public_bytes_raw()
+    ec_pem = (
+        ec.generate_private_key(ec.SECP256R1())
+        .public_key()
+        .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+    )
+    with pytest.raises(ValueError):
+        Trust.load_public_key(ec_pem.decode())
