@@ -19,6 +19,7 @@ class Reason(StrEnum):
 
     NO_ASSERTION = "no_assertion"
     BAD_ASSERTION = "bad_assertion"
+    ASSERTION_REPLAYED = "assertion_replayed"
     PRINCIPAL_NOT_ADMITTED = "principal_not_admitted"
     SCOPE_MISMATCH = "scope_mismatch"
     CONSENT_MISSING = "consent_missing"

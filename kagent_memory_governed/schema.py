@@ -108,3 +108,13 @@ ledger = Table(
     CheckConstraint("reason ~ '^[a-z_]{1,32}$'", name="ledger_reason_code"),
     Index("ledger_by_scope", "scope_id", "at"),
 )
+
+# Token ids of destructive control calls already accepted; kept until the token could no longer verify.
+replays = Table(
+    "replays",
+    metadata,
+    Column("jti", Text, primary_key=True),
+    Column("expires_at", DateTime(timezone=True), nullable=False),
+    CheckConstraint("char_length(jti) BETWEEN 1 AND 128", name="replays_jti_bounded"),
+    Index("replays_by_expiry", "expires_at"),
+)

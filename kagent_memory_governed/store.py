@@ -35,7 +35,7 @@ from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, fence, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_embedding, admit_fact, expiry_seconds
-from kagent_memory_governed.schema import SCHEMA, entries, ledger, scopes
+from kagent_memory_governed.schema import SCHEMA, entries, ledger, replays, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
@@ -626,8 +626,23 @@ class Store:
             if result.rowcount < batch:
                 break
         async with self._transaction() as conn:
+            await conn.execute(delete(replays).where(replays.c.expires_at <= now))
             await self._record(conn, "sweep", "ok", count=total, at=now)
         return total
+
+    async def claim_once(self, jti: str, valid_until: datetime) -> None:
+        """Accept a token id once, on every replica; a second claim is ``assertion_replayed``.
+        The record is kept until ``valid_until`` (the token's expiry plus leeway), then swept."""
+        async with self._transaction() as conn:
+            claimed = await conn.scalar(
+                pg_insert(replays)
+                .values(jti=jti, expires_at=valid_until)
+                .on_conflict_do_nothing(index_elements=[replays.c.jti])
+                .returning(replays.c.jti)
+            )
+            if claimed is None:
+                await self._record(conn, "claim", "refused", reason=Reason.ASSERTION_REPLAYED)
+                raise _Refused(Reason.ASSERTION_REPLAYED)
 
     # -- erasure ----------------------------------------------------------------------------------
 

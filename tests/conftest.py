@@ -52,7 +52,9 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
         conn = await asyncpg.connect(
             request.getfixturevalue("database_url").replace("postgresql+asyncpg://", "postgresql://")
         )
-        await conn.execute("TRUNCATE governed_memory.entries, governed_memory.ledger, governed_memory.scopes")
+        await conn.execute(
+            "TRUNCATE governed_memory.entries, governed_memory.ledger, governed_memory.scopes, governed_memory.replays"
+        )
         await conn.close()
 
 

@@ -18,7 +18,7 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_migrate_and_sweep_against_the_configured_database(database_url: str, store):
     migrated = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
-    assert (migrated.returncode, migrated.stdout) == (0, "governed memory schema at revision 0001\n")
+    assert (migrated.returncode, migrated.stdout) == (0, "governed memory schema at revision 0002\n")
     swept = run("sweep", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
     assert (swept.returncode, swept.stdout) == (0, "swept 0 expired entries\n")
 

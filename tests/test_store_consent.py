@@ -119,3 +119,17 @@ async def test_the_ledger_refuses_free_text_at_the_database(sql: asyncpg.Connect
             "INSERT INTO governed_memory.ledger (at, operation, result, reason) VALUES (now(), 'write', 'ok', $1)",
             free_text,
         )
+
+
+async def test_a_token_id_is_claimed_once_until_it_is_swept(store: Store):
+    t0 = datetime(2026, 4, 1, tzinfo=UTC)
+    with freeze_time(t0, real_asyncio=True) as frozen:
+        await store.claim_once("jti-1", t0 + timedelta(minutes=5))
+        assert await refusal(store.claim_once("jti-1", t0 + timedelta(minutes=5))) is Reason.ASSERTION_REPLAYED
+        await store.claim_once("jti-2", t0 + timedelta(minutes=5))
+        frozen.move_to(t0 + timedelta(minutes=4))
+        await store.sweep()
+        assert await refusal(store.claim_once("jti-1", t0 + timedelta(minutes=5))) is Reason.ASSERTION_REPLAYED
+        frozen.move_to(t0 + timedelta(minutes=5))
+        await store.sweep()  # by now the token itself no longer verifies
+        await store.claim_once("jti-1", t0 + timedelta(minutes=10))
