@@ -1,0 +1,297 @@
+"""The control API the bridge calls, under ``/memory/v1`` on the agent's HTTP app (CONTRACT.md).
+
+The scope acted on comes from the bearer token's verified claims only; no path, query or body can
+name another. Authentication is checked before anything else is read. Destructive calls are accepted
+once per token id across replicas. Every error is ``{"error": <reason code>}`` and nothing else.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Callable, Coroutine
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from fastapi import APIRouter, Depends, FastAPI, Request, Response
+from fastapi.responses import JSONResponse
+from fastapi.routing import APIRoute
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
+
+from kagent_memory_governed import clock
+from kagent_memory_governed.assertion import LEEWAY_SECONDS, Assertion, Trust, verify
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.store import MAX_PAGE, Store
+
+PREFIX = "/memory/v1"
+MAX_BODY_BYTES = 1024
+
+STATUS_CODES: dict[Reason, int] = {
+    Reason.NO_ASSERTION: 401,
+    Reason.BAD_ASSERTION: 401,
+    Reason.ASSERTION_REPLAYED: 401,
+    Reason.PRINCIPAL_NOT_ADMITTED: 403,
+    Reason.SCOPE_MISMATCH: 403,
+    Reason.NOT_FOUND: 404,
+    Reason.CONSENT_MISSING: 409,
+    Reason.CONSENT_DISABLED: 409,
+    Reason.CONSENT_STALE: 409,
+    Reason.CONSENT_EXPIRED: 409,
+    Reason.ERASURE_PENDING: 409,
+    Reason.ENTRY_CAP_REACHED: 409,
+    Reason.BAD_INPUT: 422,
+    Reason.CONFIRMATION_REQUIRED: 422,
+    Reason.FACT_TOO_LARGE: 422,
+    Reason.RATE_LIMITED: 429,
+    Reason.HOURLY_CEILING: 429,
+}  # everything else (store_unavailable, erasure_failed, schema_outdated, ...) is 503
+
+
+def error_response(reason: Reason) -> JSONResponse:
+    return JSONResponse({"error": reason.value}, status_code=STATUS_CODES.get(reason, 503))
+
+
+def rfc3339(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+class _ReasonCodeRoute(APIRoute):
+    """Turns every refusal into ``{"error": code}``; an unexpected failure becomes ``internal_error``."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def guarded(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except GovernedMemoryError as refused:
+                return error_response(refused.reason)
+            except Exception:  # never a traceback or exception text to the caller
+                return JSONResponse({"error": "internal_error"}, status_code=500)
+
+        return guarded
+
+
+class ConsentBody(BaseModel):
+    purpose: str
+    policy_version: str
+
+
+class ConfirmBody(BaseModel):
+    confirm: bool
+
+
+class ConsentAnswer(BaseModel):
+    enabled: bool
+    generation: int
+    max_expiry_seconds: int
+    entry_cap: int
+
+
+class ErasureState(BaseModel):
+    at: str
+    result: str
+
+
+class StatusAnswer(BaseModel):
+    enabled: bool
+    generation: int
+    purpose: str | None
+    policy_version: str | None
+    max_expiry_seconds: int
+    entry_cap: int
+    entries: int
+    last_erasure: ErasureState | None
+
+
+class EntryAnswer(BaseModel):
+    id: str
+    text: str
+    source_scope: str
+    created_at: str
+    expires_at: str
+
+
+class EntriesAnswer(BaseModel):
+    entries: list[EntryAnswer]
+    next_cursor: str | None
+
+
+class DeletedAnswer(BaseModel):
+    deleted: bool
+    verified: bool
+    generation: int  # beyond CONTRACT.md: every erasure fences, so later assertions need the new generation
+
+
+class ForgetAllAnswer(BaseModel):
+    erased: int
+    verified: bool
+    generation: int  # as above
+
+
+class OffAnswer(BaseModel):
+    enabled: bool
+    generation: int
+    erased: int
+    verified: bool
+
+
+class OffboardAnswer(BaseModel):
+    scopes: int
+    erased: int
+    verified: bool
+
+
+class ErrorAnswer(BaseModel):
+    error: str
+
+
+def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
+    schema["additionalProperties"] = False
+    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+
+
+async def _json_body(request: Request) -> dict[str, Any]:
+    raw = await request.body()
+    if len(raw) > MAX_BODY_BYTES:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    try:
+        body = json.loads(raw)
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
+        raise GovernedMemoryError(Reason.BAD_INPUT) from None
+    if not isinstance(body, dict):
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    return body
+
+
+async def _confirmed(request: Request) -> None:
+    """``{"confirm": true}`` exactly; a readable body without it is ``confirmation_required``."""
+    body = await _json_body(request)
+    if set(body) - {"confirm"}:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    if body.get("confirm") is not True:
+        raise GovernedMemoryError(Reason.CONFIRMATION_REQUIRED)
+
+
+def _page_query(request: Request) -> tuple[int, str | None]:
+    params = request.query_params
+    if set(params) - {"limit", "cursor"} or any(len(params.getlist(name)) > 1 for name in params):
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    raw_limit = params.get("limit", str(MAX_PAGE))
+    if not raw_limit.isascii() or not raw_limit.isdigit() or len(raw_limit) > 3:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    return int(raw_limit), params.get("cursor")
+
+
+def router(store: Store, trust: Trust) -> APIRouter:
+    """The ``/memory/v1`` routes over ``store``, trusting tokens signed with ``trust``'s key."""
+    bearer = HTTPBearer(auto_error=False, description="A JWS signed by the bridge (CONTRACT.md)")
+    errors = {code: {"model": ErrorAnswer} for code in (401, 403, 404, 409, 422, 429, 503)}
+    api = APIRouter(prefix=PREFIX, tags=["governed memory"], route_class=_ReasonCodeRoute, responses=errors)
+
+    def authorized(purpose: str) -> Callable[..., Coroutine[Any, Any, Assertion]]:
+        async def dependency(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Assertion:
+            token = credentials.credentials if credentials else None
+            return verify(token, trust, now=clock.now(), purpose=purpose)
+
+        return dependency
+
+    control, offboarding = Depends(authorized("control")), Depends(authorized("offboard"))
+
+    async def claim(assertion: Assertion) -> None:
+        await store.claim_once(assertion.jti, assertion.expires_at + timedelta(seconds=LEEWAY_SECONDS))
+
+    @api.post("/consent", response_model=ConsentAnswer, openapi_extra=_body_schema(ConsentBody))
+    async def consent(request: Request, assertion: Assertion = control) -> ConsentAnswer:
+        """Explicit, versioned consent for the token's scope; advances the generation."""
+        body = await _json_body(request)
+        if set(body) != {"purpose", "policy_version"}:
+            raise GovernedMemoryError(Reason.BAD_INPUT)
+        grant = await store.grant(assertion.key, purpose=body["purpose"], policy_version=body["policy_version"])
+        return ConsentAnswer(
+            enabled=True,
+            generation=grant.generation,
+            max_expiry_seconds=grant.max_expiry_seconds,
+            entry_cap=grant.entry_cap,
+        )
+
+    @api.get("/status", response_model=StatusAnswer)
+    async def status(assertion: Assertion = control) -> StatusAnswer:
+        """Consent, limits, live entry count and the last erasure of the token's scope."""
+        found = await store.status(assertion.key)
+        last = found.last_erasure
+        return StatusAnswer(
+            enabled=found.enabled,
+            generation=found.generation,
+            purpose=found.purpose,
+            policy_version=found.policy_version,
+            max_expiry_seconds=found.max_expiry_seconds,
+            entry_cap=found.entry_cap,
+            entries=found.entries,
+            last_erasure=ErasureState(at=rfc3339(last.at), result=last.result.value) if last else None,
+        )
+
+    @api.get("/entries", response_model=EntriesAnswer)
+    async def entries(request: Request, assertion: Assertion = control) -> EntriesAnswer:
+        """One page (``limit`` at most 50) of the scope's live entries, oldest first."""
+        limit, cursor = _page_query(request)
+        page = await store.inspect(assertion.key, limit=limit, cursor=cursor)
+        return EntriesAnswer(
+            entries=[
+                EntryAnswer(
+                    id=str(entry.entry_id),
+                    text=entry.text,
+                    source_scope=entry.source_scope,
+                    created_at=rfc3339(entry.created_at),
+                    expires_at=rfc3339(entry.expires_at),
+                )
+                for entry in page.entries
+            ],
+            next_cursor=page.next_cursor,
+        )
+
+    @api.delete("/entries/{entry_id}", response_model=DeletedAnswer)
+    async def forget(entry_id: str, assertion: Assertion = control) -> DeletedAnswer:
+        """Erase exactly one entry of the token's scope and verify it unreadable."""
+        try:
+            parsed = uuid.UUID(entry_id)
+        except ValueError:
+            raise GovernedMemoryError(Reason.BAD_INPUT) from None
+        await claim(assertion)
+        erased = await store.forget(assertion.key, parsed)
+        return DeletedAnswer(deleted=True, verified=True, generation=erased.generation)
+
+    @api.post("/forget-all", response_model=ForgetAllAnswer, openapi_extra=_body_schema(ConfirmBody))
+    async def forget_all(request: Request, assertion: Assertion = control) -> ForgetAllAnswer:
+        """Erase every entry of the token's scope (confirmation required); consent stays as it was."""
+        await _confirmed(request)
+        await claim(assertion)
+        erased = await store.forget_all(assertion.key)
+        return ForgetAllAnswer(erased=erased.erased, verified=True, generation=erased.generation)
+
+    @api.post("/off", response_model=OffAnswer, openapi_extra=_body_schema(ConfirmBody))
+    async def off(request: Request, assertion: Assertion = control) -> OffAnswer:
+        """Disable collection first, then erase and verify (confirmation required)."""
+        await _confirmed(request)
+        await claim(assertion)
+        erased = await store.off(assertion.key)
+        return OffAnswer(enabled=False, generation=erased.generation, erased=erased.erased, verified=True)
+
+    @api.post("/offboard", response_model=OffboardAnswer, openapi_extra=_body_schema(ConfirmBody))
+    async def offboard(request: Request, assertion: Assertion = offboarding) -> OffboardAnswer:
+        """Disable, erase and verify every scope of the token's principal, on every agent (confirmation required)."""
+        await _confirmed(request)
+        await claim(assertion)
+        result = await store.offboard(assertion.principal)
+        return OffboardAnswer(scopes=result.scopes, erased=result.erased, verified=True)
+
+    return api
+
+
+def mount(app: FastAPI, store: Store, trust: Trust) -> None:
+    """Add the control API to an agent's app (idempotent)."""
+    if not getattr(app.state, "governed_memory_control", False):
+        app.include_router(router(store, trust))
+        app.state.governed_memory_control = True
