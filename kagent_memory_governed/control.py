@@ -185,14 +185,16 @@ def _page_query(request: Request) -> tuple[int, str | None]:
     return int(raw_limit), params.get("cursor")
 
 
+_CREDENTIALS = Depends(HTTPBearer(auto_error=False, description="A JWS signed by the bridge (CONTRACT.md)"))
+
+
 def router(store: Store, trust: Trust) -> APIRouter:
     """The ``/memory/v1`` routes over ``store``, trusting tokens signed with ``trust``'s key."""
-    bearer = HTTPBearer(auto_error=False, description="A JWS signed by the bridge (CONTRACT.md)")
     errors = {code: {"model": ErrorAnswer} for code in (401, 403, 404, 409, 422, 429, 503)}
     api = APIRouter(prefix=PREFIX, tags=["governed memory"], route_class=_ReasonCodeRoute, responses=errors)
 
     def authorized(purpose: str) -> Callable[..., Coroutine[Any, Any, Assertion]]:
-        async def dependency(credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> Assertion:
+        async def dependency(credentials: HTTPAuthorizationCredentials | None = _CREDENTIALS) -> Assertion:
             token = credentials.credentials if credentials else None
             return verify(token, trust, now=clock.now(), purpose=purpose)
 

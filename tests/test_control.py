@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 import uuid
-from datetime import timedelta
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import httpx
 import pytest
