@@ -1,6 +1,8 @@
-"""The ``kagent-memory-governed`` command: ``migrate``, ``sweep`` and ``demo``.
+"""The ``kagent-memory-governed`` command.
 
-Output and errors are content-free: counts, revisions and reason codes.
+``static``, ``run`` and ``test`` are upstream ``kagent-adk``'s commands, with the same arguments, run
+with governed memory installed. ``migrate``, ``sweep`` and ``demo`` are this package's own. Output and
+errors are content-free: counts, revisions and reason codes.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ from collections.abc import Awaitable, Callable
 from pydantic import ValidationError
 
 from kagent_memory_governed.embedded import database_url
-from kagent_memory_governed.errors import GovernedMemoryError, PolicyError
+from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
 
@@ -35,12 +37,35 @@ async def _with_store(settings: Settings, work: Callable[[Store], Awaitable[None
         await store.close()
 
 
+UPSTREAM_COMMANDS = ("static", "run", "test")
+
+
+def _upstream(argv: list[str]) -> int:
+    from kagent_memory_governed.activation import EXIT_ACTIVATION_FAILED, install
+
+    try:
+        install()
+    except (ConfigurationError, GovernedMemoryError) as error:
+        print(f"kagent-memory-governed: activation failed: {error}", file=sys.stderr)
+        return EXIT_ACTIVATION_FAILED
+    from kagent.adk.cli import run_cli
+
+    sys.argv = ["kagent-adk", *argv]
+    run_cli()
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in UPSTREAM_COMMANDS:
+        return _upstream(argv)
     parser = argparse.ArgumentParser(prog="kagent-memory-governed", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
     commands.add_parser("migrate", help="create or upgrade the store schema in the configured database")
     commands.add_parser("sweep", help="physically delete expired entries now; prints a count")
     commands.add_parser("demo", help="the governed lifecycle, step by step, on the embedded default")
+    for name in UPSTREAM_COMMANDS:
+        commands.add_parser(name, help=f"kagent-adk {name} with governed memory installed", add_help=False)
     args = parser.parse_args(argv)
     try:
         settings = Settings()
@@ -50,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
             asyncio.run(run(settings))
         else:
             asyncio.run(_with_store(settings, _migrate if args.command == "migrate" else _sweep))
-    except PolicyError as error:
+    except ConfigurationError as error:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
     except ValidationError as error:  # never print input values: a URL may carry a password

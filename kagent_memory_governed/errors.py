@@ -1,7 +1,8 @@
 """The one error type of governed memory, and its reason codes.
 
-    GovernedMemoryError          every refusal and failure; ``reason`` is the whole message
-    PolicyError(ValueError)      start-up only: a policy file that tries to raise a ceiling
+    GovernedMemoryError              every refusal and failure; ``reason`` is the whole message
+    ConfigurationError(ValueError)   start-up only: a setting is missing or invalid (named, never echoed)
+     └── PolicyError                 a policy file that tries to raise a ceiling
 
 A reason code is stable, content-free and safe to log, meter, audit and return to a caller.
 Nothing else is ever attached: no input, no query, no database message. Code that turns a
@@ -34,6 +35,9 @@ class Reason(StrEnum):
     ERASURE_FAILED = "erasure_failed"
     ERASURE_PENDING = "erasure_pending"
     NOT_FOUND = "not_found"
+    MALFORMED_SUMMARY = "malformed_summary"
+    MODEL_FAILED = "model_failed"
+    EMBEDDING_FAILED = "embedding_failed"
     CONFIRMATION_REQUIRED = "confirmation_required"
     BAD_INPUT = "bad_input"
     SCHEMA_OUTDATED = "schema_outdated"
@@ -51,5 +55,9 @@ class GovernedMemoryError(Exception):
         return f"GovernedMemoryError({self.reason.value!r})"
 
 
-class PolicyError(ValueError):
+class ConfigurationError(ValueError):
+    """Start-up only: configuration is missing or invalid; the message names the setting, never its value."""
+
+
+class PolicyError(ConfigurationError):
     """A policy file or value is invalid; the message names the key, never a secret or content."""

@@ -22,6 +22,8 @@ class Settings(BaseSettings):
     bridge_issuer: str | None = None
     homeserver: str | None = None
     policy: Path | None = None
+    kagent_namespace: str | None = Field(default=None, validation_alias="KAGENT_NAMESPACE")
+    kagent_name: str | None = Field(default=None, validation_alias="KAGENT_NAME")
 
     @field_validator("database_url")
     @classmethod

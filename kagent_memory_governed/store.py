@@ -425,6 +425,23 @@ class Store:
 
     # -- data plane (fenced by generation) --------------------------------------------------------
 
+    async def admit(self, key: ScopeKey, generation: int, operation: str) -> None:
+        """Refuse, before any model or embedding work, what the fence would refuse anyway (R5, R21).
+        ``write`` and ``search`` check again in their own transaction: this is a gate, not the fence."""
+        sid = key.scope_id
+        try:
+            admit_generation(generation)
+        except GovernedMemoryError as refused:
+            await self._refuse(operation, refused.reason, scope_id=sid)
+        now = clock.now()
+        async with self._transaction(durable=False) as conn:
+            refusal = fence(await self._scope_state(conn, sid, lock=False), generation, now)
+            if refusal is not None:
+                await self._record(
+                    conn, operation, "refused", reason=refusal, scope_id=sid, generation=generation, at=now
+                )
+                raise _Refused(refusal)
+
     async def write(
         self, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None = None
     ) -> list[uuid.UUID]:

@@ -9,6 +9,11 @@ from __future__ import annotations
 
 import itertools
 import os
+
+# kagent-adk reads these when it builds an app; the runtime tests never reach a controller.
+os.environ.setdefault("KAGENT_URL", "http://controller.invalid")
+os.environ.setdefault("KAGENT_NAMESPACE", "kagent")
+os.environ.setdefault("KAGENT_NAME", "helper")
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import asyncpg
@@ -35,6 +40,32 @@ async def store(database_url: str) -> AsyncIterator[Store]:
     await governed.migrate()
     yield governed
     await governed.close()
+
+
+@pytest.fixture(scope="session")
+def bridge():
+    from bridge import Bridge
+
+    return Bridge()
+
+
+@pytest.fixture(scope="session")
+def embedder():
+    from agent import CountingEmbedder
+
+    return CountingEmbedder()
+
+
+@pytest.fixture(scope="session")
+def runtime(store: Store, bridge, embedder):
+    """Governed memory installed into this test process, once: kagent-adk's own classes are replaced."""
+    from bridge import HOMESERVER, ISSUER
+
+    from kagent_memory_governed.activation import install
+    from kagent_memory_governed.settings import Settings
+
+    settings = Settings(bridge_public_key=bridge.public_pem, bridge_issuer=ISSUER, homeserver=HOMESERVER)
+    return install(settings=settings, store=store, embedder=embedder)
 
 
 @pytest.fixture

@@ -21,11 +21,6 @@ T = NOW.timestamp()
 ALICE = f"@alice:{HOMESERVER}"
 
 
-@pytest.fixture(scope="module")
-def bridge() -> Bridge:
-    return Bridge()
-
-
 def reason_for(token: object, trust: Trust, **kwargs) -> Reason:
     kwargs.setdefault("user_id", ALICE)
     with pytest.raises(GovernedMemoryError) as refused:

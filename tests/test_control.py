@@ -22,11 +22,6 @@ ALICE, BOB = f"@alice:{HOMESERVER}", f"@bob:{HOMESERVER}"
 ROOM = f"!control:{HOMESERVER}"
 
 
-@pytest.fixture(scope="module")
-def bridge() -> Bridge:
-    return Bridge()
-
-
 @pytest.fixture
 async def client(store: Store, bridge: Bridge) -> AsyncIterator[httpx.AsyncClient]:
     app = FastAPI()

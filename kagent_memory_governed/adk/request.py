@@ -1,0 +1,67 @@
+"""The per-request memory scope: verified from ``X-Memory-Scope`` once, visible to that invocation only.
+
+The scope lives in a ``ContextVar`` set while kagent builds the A2A request context. The agent run,
+its tool tasks and the tasks it spawns inherit a copy; another request never sees it. Session state
+and ``RunConfig.custom_metadata`` are persisted to the controller, so neither is used.
+"""
+
+from __future__ import annotations
+
+import logging
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+from kagent.core.a2a import KAgentRequestContextBuilder
+
+from kagent_memory_governed import clock, metering
+from kagent_memory_governed.assertion import Trust, verify
+from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.scope import ScopeKey
+
+HEADER = "x-memory-scope"
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class RequestScope:
+    """The consented scope this request may use, and the generation it was admitted under."""
+
+    key: ScopeKey
+    generation: int
+
+
+_scope: ContextVar[RequestScope | None] = ContextVar("governed_memory_scope", default=None)
+
+
+def current() -> RequestScope | None:
+    """The verified scope of the running request, or ``None``: then memory does nothing (R32)."""
+    return _scope.get()
+
+
+def bind(headers: dict, trust: Trust) -> RequestScope | None:
+    """Verify the request's assertion and bind the result to this context, always (``None`` when refused),
+    so nothing carries over from an earlier request served in the same task. The assertion header is
+    removed from ``headers``: kagent persists request headers into the session."""
+    token = headers.pop(HEADER, None)
+    try:
+        assertion = verify(token, trust, now=clock.now(), purpose="scope", user_id=headers.get("x-user-id"))
+    except GovernedMemoryError as refused:
+        _scope.set(None)
+        metering.count("assertion", "refused", refused.reason)
+        logger.info("memory-free request: %s", refused.reason.value)
+        return None
+    scope = RequestScope(assertion.key, assertion.generation)
+    _scope.set(scope)
+    metering.count("assertion", "admitted")
+    return scope
+
+
+def context_builder(trust: Trust) -> type[KAgentRequestContextBuilder]:
+    """kagent's request context builder, binding the memory scope before it builds the context."""
+
+    class GovernedRequestContextBuilder(KAgentRequestContextBuilder):
+        async def build(self, params=None, task_id=None, context_id=None, task=None, context=None):
+            bind(context.state.setdefault("headers", {}) if context else {}, trust)
+            return await super().build(params, task_id, context_id, task, context)
+
+    return GovernedRequestContextBuilder

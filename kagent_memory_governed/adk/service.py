@@ -1,0 +1,198 @@
+"""``GovernedMemoryService``: google-adk's ``BaseMemoryService`` over the governed store.
+
+Every call acts on the scope verified for the running request (``request.current()``) and never on
+the ``app_name``/``user_id`` the caller passes, which are only checked for consistency. Consent is
+checked before any model or embedding work; the store fences again when it reads or writes. It never
+talks to kagent's ``/api/memories``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+from google.adk.memory import BaseMemoryService
+from google.adk.memory.base_memory_service import SearchMemoryResponse
+from google.adk.memory.memory_entry import MemoryEntry
+from google.adk.models import BaseLlm
+from google.adk.sessions import Session
+from google.genai import types
+from kagent.adk.models import KAgentEmbedding
+from kagent.adk.types import EmbeddingConfig
+
+from kagent_memory_governed import metering
+from kagent_memory_governed.adk import conversation
+from kagent_memory_governed.adk.request import RequestScope, current
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.policy import admit_fact
+from kagent_memory_governed.store import NewFact, Store
+
+Embedder = Callable[[list[str]], Awaitable[list[list[float]]]]
+logger = logging.getLogger(__name__)
+
+SEARCH_TOP_K = 5
+SEARCH_MIN_SCORE = 0.3
+
+
+def kagent_embedder(config: EmbeddingConfig) -> Embedder:
+    """Upstream's ``KAgentEmbedding`` (768-d, normalized) for the Agent's ``memory.embedding``."""
+    client = KAgentEmbedding(config)
+
+    async def embed(texts: list[str]) -> list[list[float]]:
+        return await client.generate(texts)
+
+    return embed
+
+
+class GovernedMemoryService(BaseMemoryService):
+    """Memory for consented scopes only; every other request gets a reason code and no memory."""
+
+    def __init__(self, store: Store, embedder: Embedder | None) -> None:
+        self.store = store
+        self.policy = store.policy
+        self._embedder = embedder
+        self._background: set[asyncio.Task[None]] = set()
+
+    # -- google-adk / kagent entry points --------------------------------------------------------
+
+    async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
+        """Search the request's scope. Raises ``GovernedMemoryError`` when memory is refused."""
+        return SearchMemoryResponse(memories=await self.search(self._scope(user_id), [query], "load"))
+
+    async def add_memory(
+        self,
+        *,
+        app_name: str,
+        user_id: str,
+        content: str | None = None,
+        metadata: Any = None,
+        memories: Sequence[MemoryEntry] | None = None,
+        custom_metadata: Any = None,
+    ) -> None:
+        """Save facts to the request's scope; accepts kagent's ``content=`` and ADK's ``memories=`` forms."""
+        texts = [content] if content is not None else [_text(memory.content) for memory in memories or []]
+        await self.save(self._scope(user_id), texts, "save")
+
+    async def add_session_to_memory(self, session: Session, model: BaseLlm | None = None) -> None:
+        """Schedule an auto-save of ``session`` under the request's scope and generation, captured now.
+        Without a scope or a model nothing is scheduled and no model or embedding call is made."""
+        scope = current()
+        if scope is None or scope.key.principal.mxid != session.user_id or model is None:
+            metering.count("autosave", "refused", Reason.NO_ASSERTION if scope is None else Reason.SCOPE_MISMATCH)
+            return
+        events = list(session.events)  # the conversation as of now; the task must not see later turns
+        task = asyncio.create_task(self._autosave(scope, events, model), name="governed-memory-autosave")
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)
+
+    async def drain(self) -> None:
+        """Wait for scheduled auto-saves (tests and shutdown)."""
+        while self._background:
+            await asyncio.gather(*list(self._background), return_exceptions=True)
+
+    # -- governed operations -------------------------------------------------------------------------
+
+    async def search(self, scope: RequestScope, queries: list[str], operation: str) -> list[MemoryEntry]:
+        """Entries of ``scope`` matching any of ``queries``, de-duplicated, best first."""
+        await self._admit(scope, operation)
+        vectors = await self._embed(queries)
+        found: dict[str, tuple[float, MemoryEntry]] = {}
+        for vector in vectors:
+            for hit in await self.store.search(
+                scope.key, scope.generation, vector, top_k=SEARCH_TOP_K, min_score=SEARCH_MIN_SCORE
+            ):
+                entry = MemoryEntry(
+                    id=str(hit.entry_id),
+                    content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
+                    timestamp=hit.created_at.isoformat(),
+                )
+                if entry.id not in found or found[entry.id][0] < hit.score:
+                    found[entry.id] = (hit.score, entry)
+        metering.count(operation, "ok")
+        return [entry for _, entry in sorted(found.values(), key=lambda pair: -pair[0])]
+
+    async def save(self, scope: RequestScope, texts: list[str], operation: str) -> None:
+        """Store ``texts`` in ``scope`` (all or none), checked before they are embedded."""
+        try:
+            facts = [admit_fact(text, self.policy) for text in texts]
+            if not facts:
+                raise GovernedMemoryError(Reason.BAD_INPUT)
+        except GovernedMemoryError as refused:
+            metering.count(operation, "refused", refused.reason)
+            raise
+        await self._admit(scope, operation)
+        vectors = await self._embed(facts)
+        await self.store.write(
+            scope.key, scope.generation, [NewFact(t, v) for t, v in zip(facts, vectors, strict=True)]
+        )
+        metering.count(operation, "ok")
+
+    async def _autosave(self, scope: RequestScope, events: list, model: BaseLlm) -> None:
+        try:
+            await self._admit(scope, "autosave")
+            tail = conversation.conversation_tail(events, self.policy.autosave_max_input_bytes)
+            if not tail:
+                return
+            facts, dropped = conversation.facts_from_summary(await self._summarize(model, tail), self.policy)
+            if dropped:
+                metering.count("autosave", "refused", Reason.FACT_TOO_LARGE, dropped)
+            if facts:
+                await self.save(scope, facts, "autosave")
+        except GovernedMemoryError as refused:
+            logger.info("auto-save refused: %s", refused.reason.value)
+        except Exception as error:  # a background task must fail closed and content-free
+            metering.count("autosave", "failed")
+            logger.warning("auto-save failed: %s", type(error).__name__)
+
+    # -- model and embedding calls, admitted first ---------------------------------------------------
+
+    async def _admit(self, scope: RequestScope, operation: str) -> None:
+        try:
+            await self.store.admit(scope.key, scope.generation, operation)
+        except GovernedMemoryError as refused:
+            metering.count(operation, "refused", refused.reason)
+            raise
+
+    async def _summarize(self, model: BaseLlm, tail: str) -> str:
+        request = conversation.summary_request(tail, self.policy)
+        try:
+            parts = [
+                part.text
+                async for response in model.generate_content_async(request, stream=False)
+                if response.content and response.content.parts
+                for part in response.content.parts
+                if part.text
+            ]
+        except Exception:
+            metering.count("summarize", "failed", Reason.MODEL_FAILED)
+            raise GovernedMemoryError(Reason.MODEL_FAILED) from None
+        metering.count("summarize", "ok")
+        return "".join(parts)
+
+    async def _embed(self, texts: list[str]) -> list[list[float]]:
+        if self._embedder is None:
+            raise GovernedMemoryError(Reason.EMBEDDING_FAILED)
+        try:
+            vectors = await self._embedder(texts)
+        except Exception:
+            vectors = []
+        if len(vectors) != len(texts):
+            metering.count("embed", "failed", Reason.EMBEDDING_FAILED, len(texts))
+            raise GovernedMemoryError(Reason.EMBEDDING_FAILED)
+        metering.count("embed", "ok", amount=len(texts))
+        return vectors
+
+    @staticmethod
+    def _scope(user_id: str) -> RequestScope:
+        scope = current()
+        if scope is None:
+            raise GovernedMemoryError(Reason.NO_ASSERTION)
+        if scope.key.principal.mxid != user_id:
+            raise GovernedMemoryError(Reason.SCOPE_MISMATCH)
+        return scope
+
+
+def _text(content: types.Content | None) -> str:
+    return " ".join(part.text for part in (content.parts if content and content.parts else []) if part.text)

@@ -1,0 +1,131 @@
+"""Governed ``save_memory``, ``load_memory``, first-message prefetch and auto-save callback.
+
+The tools subclass upstream's, so names, descriptions and model-facing declarations stay exactly as
+agents' prompts know them. Only behaviour changes: the scope is the request's verified scope, never
+anything the model says (R34); without one every tool answers a reason code and prefetch does nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from google.adk.agents import LlmAgent
+from google.adk.agents.callback_context import CallbackContext
+from google.adk.models import LlmRequest
+from google.adk.tools.tool_context import ToolContext
+from kagent.adk.tools.memory_tools import LoadMemoryTool, SaveMemoryTool
+from kagent.adk.tools.prefetch_memory_tool import PrefetchMemoryTool
+
+from kagent_memory_governed.adk import conversation
+from kagent_memory_governed.adk.request import current
+from kagent_memory_governed.adk.service import GovernedMemoryService
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+
+MEMORY_INSTRUCTION = (
+    "\n\nYou may have long-term memory of this user: save_memory stores an important fact or preference, "
+    "load_memory searches what was stored. Memory works only where the user has consented; when a memory "
+    "tool answers with a refusal, continue without memory and do not retry."
+)
+PREFETCH_PREAMBLE = (
+    "The following facts were remembered from earlier conversations with this user, with their consent. "
+    "They may help with the current request.\n<REMEMBERED_FACTS>\n{facts}\n</REMEMBERED_FACTS>\n"
+)
+
+
+def refusal(reason: Reason) -> str:
+    """What a memory tool tells the model when memory is refused: the reason code and nothing else."""
+    return f"Memory unavailable: {reason.value}"
+
+
+def _service(tool_context: ToolContext | CallbackContext) -> GovernedMemoryService | None:
+    service = tool_context._invocation_context.memory_service
+    return service if isinstance(service, GovernedMemoryService) else None
+
+
+def _user_turns(tool_context: ToolContext | CallbackContext) -> int:
+    return sum(1 for event in tool_context._invocation_context.session.events if event.author == "user")
+
+
+class GovernedSaveMemoryTool(SaveMemoryTool):
+    """``save_memory``: stores ``content`` in the request's consented scope, or answers a reason code."""
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> str:
+        service, scope = _service(tool_context), current()
+        if service is None or scope is None:
+            return refusal(Reason.NO_ASSERTION)
+        try:
+            await service.save(scope, [args.get("content")], "save")
+        except GovernedMemoryError as refused:
+            return refusal(refused.reason)
+        return "Saved to long-term memory."
+
+
+class GovernedLoadMemoryTool(LoadMemoryTool):
+    """``load_memory``: searches the request's consented scope, or answers a reason code."""
+
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> str:
+        service, scope = _service(tool_context), current()
+        if service is None or scope is None:
+            return refusal(Reason.NO_ASSERTION)
+        query = args.get("query")
+        if not isinstance(query, str) or not query.strip():
+            return refusal(Reason.BAD_INPUT)
+        query = conversation.clip_utf8(query, service.policy.prefetch_max_query_bytes)
+        try:
+            entries = await service.search(scope, [query], "load")
+        except GovernedMemoryError as refused:
+            return refusal(refused.reason)
+        return json.dumps({"memories": [{"id": e.id, "text": e.content.parts[0].text} for e in entries]})
+
+
+class GovernedPrefetchMemoryTool(PrefetchMemoryTool):
+    """On the first user message of a session only: search the consented scope with at most
+    ``prefetch_max_subqueries`` bounded subqueries and add what is found to the system instruction."""
+
+    async def process_llm_request(self, *, tool_context: ToolContext, llm_request: LlmRequest) -> None:
+        service, scope = _service(tool_context), current()
+        content = tool_context.user_content
+        if service is None or scope is None or not content or not content.parts or _user_turns(tool_context) != 1:
+            return
+        if tool_context.state.get("temp:governed_memory_prefetched"):
+            return  # once per invocation: the flow calls this before every model call
+        tool_context.state["temp:governed_memory_prefetched"] = True
+        queries = conversation.subqueries(" ".join(p.text for p in content.parts if p.text), service.policy)
+        if not queries:
+            return
+        try:
+            entries = await service.search(scope, queries, "prefetch")
+        except GovernedMemoryError:
+            return
+        if entries:
+            facts = "\n".join(f"- {entry.content.parts[0].text}" for entry in entries)
+            llm_request.append_instructions([PREFETCH_PREAMBLE.format(facts=facts)])
+
+
+def autosave_callback(agent: LlmAgent):
+    """An ``after_agent_callback`` that auto-saves every ``autosave_every_user_turns``-th user turn,
+    under the scope and generation of the request that reached that turn (R7, R24)."""
+
+    async def governed_auto_save(callback_context: CallbackContext) -> None:
+        service, scope = _service(callback_context), current()
+        if service is None or scope is None:
+            return None
+        turns = _user_turns(callback_context)
+        if turns and turns % service.policy.autosave_every_user_turns == 0:
+            await service.add_session_to_memory(callback_context._invocation_context.session, agent.canonical_model)
+        return None
+
+    return governed_auto_save
+
+
+def configure_memory(config: Any, agent: LlmAgent) -> None:
+    """Replaces ``AgentConfig._configure_memory``: governed tools, instruction and auto-save only."""
+    agent.tools.extend([GovernedPrefetchMemoryTool(), GovernedLoadMemoryTool(), GovernedSaveMemoryTool()])
+    if agent.static_instruction:
+        agent.static_instruction += MEMORY_INSTRUCTION
+    else:
+        agent.instruction += MEMORY_INSTRUCTION
+    callbacks = agent.after_agent_callback
+    callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
+    agent.after_agent_callback = [*callbacks, autosave_callback(agent)]

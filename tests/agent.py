@@ -1,0 +1,186 @@
+"""Test doubles for the runtime tests: a scripted model, a counting deterministic embedder, and an
+A2A client speaking to upstream's real ``KAgentApp`` over ASGI as the bridge would."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import uuid
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+import httpx
+from a2a.types import AgentCard
+from google.adk.models import BaseLlm, LlmRequest, LlmResponse
+from google.genai import types
+from kagent.adk import AgentConfig, KAgentApp
+from pydantic import PrivateAttr
+
+from kagent_memory_governed.adk.conversation import SUMMARY_MARKER
+from kagent_memory_governed.local_embedding import embed
+
+CONFIG = {
+    "model": {"type": "openai", "model": "gpt-4o-mini"},
+    "description": "a helpful test agent",
+    "instruction": "You are helpful.",
+    "memory": {"ttl_days": 7, "embedding": {"provider": "openai", "model": "text-embedding-3-small"}},
+}
+CARD = {
+    "name": "helper",
+    "description": "a helpful test agent",
+    "url": "http://localhost:8080/",
+    "version": "0.1",
+    "capabilities": {"streaming": False},
+    "skills": [],
+    "defaultInputModes": ["text"],
+    "defaultOutputModes": ["text"],
+}
+
+
+class ScriptedModel(BaseLlm):
+    """Answers by rules instead of a provider. ``on_user(text)`` returns tool calls to make for a user
+    message (a list of (tool name, args)); summaries answer ``summary``; every request is recorded."""
+
+    model: str = "scripted"
+    _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
+    _on_user: Callable[[str], list[tuple[str, dict]]] | None = PrivateAttr(default=None)
+    _summary: str = PrivateAttr(default="[]")
+    _summary_gate: asyncio.Event | None = PrivateAttr(default=None)
+    _fail_summary: bool = PrivateAttr(default=False)
+    _summarizing: asyncio.Event = PrivateAttr(default_factory=asyncio.Event)
+
+    def script(self, on_user=None, summary: str | None = None, gate=None, fail_summary: bool = False):
+        if on_user is not None:
+            self._on_user = on_user
+        if summary is not None:
+            self._summary = summary
+        self._summary_gate, self._fail_summary = gate, fail_summary
+        return self
+
+    @property
+    def summarizing(self) -> asyncio.Event:
+        """Set when the first summary request arrives."""
+        return self._summarizing
+
+    @property
+    def requests(self) -> list[LlmRequest]:
+        return self._requests
+
+    @property
+    def summaries(self) -> list[LlmRequest]:
+        return [r for r in self._requests if SUMMARY_MARKER in _last_text(r)]
+
+    @property
+    def chats(self) -> list[LlmRequest]:
+        return [r for r in self._requests if SUMMARY_MARKER not in _last_text(r)]
+
+    async def generate_content_async(
+        self, llm_request: LlmRequest, stream: bool = False
+    ) -> AsyncGenerator[LlmResponse, None]:
+        self._requests.append(llm_request)
+        text = _last_text(llm_request)
+        if SUMMARY_MARKER in text:
+            self._summarizing.set()
+            if self._summary_gate is not None:
+                await self._summary_gate.wait()
+            if self._fail_summary:
+                raise RuntimeError(f"provider error, body: {self._summary}")
+            yield _reply(types.Part(text=self._summary))
+            return
+        last = llm_request.contents[-1]
+        if any(part.function_response for part in last.parts or []):
+            results = [json.dumps(part.function_response.response) for part in last.parts if part.function_response]
+            yield _reply(types.Part(text="done: " + " | ".join(results)))
+            return
+        calls = self._on_user(text) if self._on_user else []
+        if calls:
+            yield _reply(*[types.Part(function_call=types.FunctionCall(name=n, args=a)) for n, a in calls])
+        else:
+            yield _reply(types.Part(text="ok"))
+
+
+def _reply(*parts: types.Part) -> LlmResponse:
+    return LlmResponse(content=types.Content(role="model", parts=list(parts)))
+
+
+def _last_text(request: LlmRequest) -> str:
+    last = request.contents[-1] if request.contents else None
+    return "".join(part.text or "" for part in (last.parts or [])) if last else ""
+
+
+def system_instruction(request: LlmRequest) -> str:
+    return str(request.config.system_instruction) if request.config else ""
+
+
+class CountingEmbedder:
+    """The deterministic local embedder, counting calls and items."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+        self.items = 0
+        self.fail_with: str | None = None
+        self.gate: asyncio.Event | None = None
+        self.embedding = asyncio.Event()  # set on every call
+
+    async def __call__(self, texts: list[str]) -> list[list[float]]:
+        self.calls += 1
+        self.items += len(texts)
+        self.embedding.set()
+        if self.gate is not None:
+            await self.gate.wait()
+        if self.fail_with is not None:
+            raise RuntimeError(self.fail_with)
+        return [embed(text) for text in texts]
+
+
+def build_app(model: ScriptedModel, *, config: dict | None = None, local: bool = True) -> Any:
+    agent_config = AgentConfig.model_validate(config or CONFIG)
+    card = AgentCard.model_validate(CARD)
+
+    def factory():
+        agent = agent_config.to_agent("helper")
+        agent.model = model
+        return agent
+
+    app = KAgentApp(factory, card, "http://controller.invalid", "kagent__NS__helper", agent_config=agent_config)
+    return app.build(local=local)
+
+
+class A2AClient:
+    """Speaks A2A JSON-RPC ``message/send`` with the bridge's headers."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def send(self, text: str, *, context_id: str, user: str | None, scope: str | None) -> dict:
+        headers = {}
+        if user is not None:
+            headers["X-User-Id"] = user
+        if scope is not None:
+            headers["X-Memory-Scope"] = scope
+        body = {
+            "jsonrpc": "2.0",
+            "id": str(uuid.uuid4()),
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "kind": "message",
+                    "role": "user",
+                    "messageId": str(uuid.uuid4()),
+                    "contextId": context_id,
+                    "parts": [{"kind": "text", "text": text}],
+                }
+            },
+        }
+        answer = await self.http.post("/", json=body, headers=headers)
+        assert answer.status_code == 200
+        return answer.json()
+
+
+def reply_text(answer: dict) -> str:
+    """All text the agent sent back in a ``message/send`` answer."""
+    return json.dumps(answer.get("result", {}))
+
+
+def new_context() -> str:
+    return str(uuid.uuid4())
