@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from collections.abc import AsyncIterator
 
@@ -12,6 +13,7 @@ import httpx
 import pytest
 from agent import A2AClient, ScriptedModel, build_app, new_context, reply_text, system_instruction
 from bridge import HOMESERVER, Bridge, compact
+from conftest import facts
 
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.adk.tools import GovernedLoadMemoryTool, GovernedSaveMemoryTool
@@ -149,8 +151,6 @@ async def test_a_request_without_a_valid_matching_assertion_runs_memory_free(
     await consent(store, bridge)
     generation = await consent(store, bridge)  # generation 2: a gen=1 assertion is stale
     key = verify(scope(bridge, gen=generation), bridge.trust(), now=now(), user_id=ALICE).key
-    from conftest import facts
-
     await store.write(key, generation, facts("my favourite tea is a smoky lapsang souchong"))
     embedder.calls = 0
     header, user = _variants(bridge)[variant]
@@ -206,7 +206,7 @@ async def test_auto_save_runs_every_fifth_user_turn_with_at_most_ten_facts(
 ):
     await consent(store, bridge)
     summary = [f"fact number {n}" for n in range(12)] + ["x" * 513]
-    model.script(on_user=lambda text: [], summary=__import__("json").dumps(summary))
+    model.script(on_user=lambda text: [], summary=json.dumps(summary))
     context = new_context()
     for turn in range(4):
         await agent.send(f"turn {turn}", context_id=context, user=ALICE, scope=scope(bridge))
@@ -241,8 +241,6 @@ async def test_a_prompt_to_ignore_the_rules_cannot_reach_another_scope(
     await consent(store, bridge)
     bob_generation = await consent(store, bridge, sub=BOB)
     key = verify(scope(bridge, sub=BOB, gen=bob_generation), bridge.trust(), now=now(), user_id=BOB).key
-    from conftest import facts
-
     await store.write(key, bob_generation, facts("bob's door code is 4711"))
 
     def hostile(text: str) -> list[tuple[str, dict]]:

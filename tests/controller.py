@@ -1,0 +1,59 @@
+"""A stand-in for kagent's Go controller (sessions and tasks only), served through an httpx transport.
+
+Any request to ``/api/memories`` is recorded, answered 500, and fails the test that checks for it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+
+
+class FakeController:
+    def __init__(self) -> None:
+        self.sessions: dict[str, dict] = {}
+        self.tasks: dict[str, dict] = {}
+        self.memory_requests: list[str] = []
+        self.paths: list[str] = []
+
+    def __call__(self, request: httpx.Request) -> httpx.Response:
+        path = request.url.path
+        self.paths.append(f"{request.method} {path}")
+        parts = path.strip("/").split("/")
+        body = json.loads(request.content) if request.content else None
+        if path.startswith("/api/memories"):
+            self.memory_requests.append(path)
+            return httpx.Response(500, json={"error": True, "message": "governed memory must never call this"})
+        if parts[:2] == ["api", "sessions"]:
+            return self._sessions(request.method, parts[2:], body, request.url.params.get("user_id"))
+        if parts[:2] == ["api", "tasks"]:
+            return self._tasks(request.method, parts[2:], body)
+        return httpx.Response(404, json={"error": True})
+
+    def _sessions(self, method: str, rest: list[str], body, user_id: str | None) -> httpx.Response:
+        if method == "POST" and not rest:
+            self.sessions[body["id"]] = {"user_id": body["user_id"], "events": []}
+            return httpx.Response(200, json={"data": {"id": body["id"], "user_id": body["user_id"]}})
+        session = self.sessions.get(rest[0]) if rest else None
+        if session is None:
+            return httpx.Response(404, json={"error": True})
+        if method == "GET" and len(rest) == 1:
+            events = [{"data": data} for data in session["events"]]
+            found = {"session": {"id": rest[0], "user_id": session["user_id"]}, "events": events}
+            return httpx.Response(200, json={"data": found})
+        if method == "POST" and rest[1:] == ["events"]:
+            session["events"].append(body["data"])
+            return httpx.Response(200, json={"data": {}})
+        return httpx.Response(404, json={"error": True})
+
+    def _tasks(self, method: str, rest: list[str], body) -> httpx.Response:
+        if method == "POST" and not rest:
+            self.tasks[body["id"]] = body
+            return httpx.Response(200, json={"error": False, "data": body})
+        if method == "GET" and rest and rest[0] in self.tasks:
+            return httpx.Response(200, json={"error": False, "data": self.tasks[rest[0]]})
+        if method == "DELETE" and rest:
+            self.tasks.pop(rest[0], None)
+            return httpx.Response(200, json={"error": False})
+        return httpx.Response(404, json={"error": True})

@@ -1,0 +1,202 @@
+"""Activation on an unmodified kagent-adk 0.9.11: never upstream memory, never /api/memories (R31)."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+import types
+from pathlib import Path
+
+import httpx
+import kagent.adk._a2a as a2a
+import pytest
+from agent import CARD, CONFIG, A2AClient, ScriptedModel, build_app, new_context, reply_text
+from bridge import HOMESERVER, ISSUER
+from controller import FakeController
+from google.adk.sessions import InMemorySessionService
+from kagent.adk import AgentConfig
+
+import kagent_memory_governed
+from kagent_memory_governed.adk.service import GovernedMemoryService
+from kagent_memory_governed.store import Store
+
+ALICE = f"@alice:{HOMESERVER}"
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture
+def controller(monkeypatch: pytest.MonkeyPatch) -> FakeController:
+    fake = FakeController()
+    real = httpx.AsyncClient
+
+    def client(**kwargs):
+        return real(transport=httpx.MockTransport(fake), **kwargs)
+
+    monkeypatch.setattr(a2a, "httpx", types.SimpleNamespace(AsyncClient=client))
+    return fake
+
+
+def test_install_is_idempotent(runtime):
+    assert kagent_memory_governed.install() is runtime
+    assert a2a.KagentMemoryService(embedding_config=None) is runtime.service
+
+
+async def test_with_a_controller_no_request_reaches_api_memories(
+    runtime, controller: FakeController, store: Store, bridge, monkeypatch: pytest.MonkeyPatch
+):
+    def upstream_memory_constructed(*args, **kwargs):
+        raise AssertionError("upstream KagentMemoryService was constructed")
+
+    monkeypatch.setattr("kagent.adk._memory_service.KagentMemoryService.__init__", upstream_memory_constructed)
+    model = ScriptedModel().script(
+        on_user=lambda text: [("save_memory", {"content": "likes tea"}), ("load_memory", {"query": "tea"})],
+        summary='["the user likes tea"]',
+    )
+    app = build_app(model, local=False)
+    grant_key = bridge.sign(time.time(), "control")
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+        consent = await http.post(
+            "/memory/v1/consent",
+            json={"purpose": "assist", "policy_version": "v1"},
+            headers={"Authorization": f"Bearer {grant_key}"},
+        )
+        generation = consent.json()["generation"]
+        agent, context = A2AClient(http), new_context()
+        for turn in range(5):
+            answer = await agent.send(
+                f"Hello, turn {turn}; please remember my tea preference for later.",
+                context_id=context,
+                user=ALICE,
+                scope=bridge.sign(time.time(), gen=generation),
+            )
+            assert "Saved to long-term memory" in reply_text(answer)
+        await runtime.service.drain()
+    assert controller.memory_requests == []
+    assert any(path.startswith("POST /api/sessions") for path in controller.paths)  # the controller was used
+    assert len(model.summaries) == 1
+    stored = [e for s in controller.sessions.values() for e in s["events"]]
+    assert stored and not any("x-memory-scope" in event for event in stored)  # never persisted in a session
+
+
+def _environment(tmp_path: Path, bridge, database_url: str, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
+    key = tmp_path / "bridge.pem"
+    key.write_text(bridge.public_pem)
+    env.update(
+        KAGENT_GOVERNED_MEMORY="on",
+        KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url,
+        KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=f"@{key}",
+        KAGENT_GOVERNED_MEMORY_BRIDGE_ISSUER=ISSUER,
+        KAGENT_GOVERNED_MEMORY_HOMESERVER=HOMESERVER,
+        KAGENT_URL="http://controller.invalid",
+        KAGENT_NAMESPACE="kagent",
+        KAGENT_NAME="helper",
+    )
+    env.update(extra)
+    return env
+
+
+PROBE = (
+    "import kagent.adk._a2a as a, kagent.adk.tools.memory_tools as t; "
+    "print(a.KagentMemoryService.__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)"
+)
+
+
+def test_the_environment_switch_activates_at_interpreter_start(tmp_path: Path, bridge, database_url: str):
+    result = subprocess.run(
+        [sys.executable, "-c", PROBE], env=_environment(tmp_path, bridge, database_url), capture_output=True, text=True
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["memory_service_factory", "GovernedSaveMemoryTool", "GovernedRunner"]
+
+
+def test_without_the_switch_nothing_changes(tmp_path: Path, bridge, database_url: str):
+    env = _environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY="off")
+    result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
+    assert result.stdout.split() == ["KagentMemoryService", "SaveMemoryTool", "Runner"]
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY": ""},
+        {"KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY": "not a key"},
+        {"KAGENT_GOVERNED_MEMORY_HOMESERVER": ""},
+        {"KAGENT_GOVERNED_MEMORY": "yes"},
+        {"KAGENT_NAME": "Not_Valid"},
+    ],
+)
+def test_a_failed_activation_ends_the_process(tmp_path: Path, bridge, database_url: str, broken: dict):
+    env = _environment(tmp_path, bridge, database_url, **broken)
+    result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
+    assert result.returncode == 78
+    assert result.stdout == "" and "activation failed" in result.stderr
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "config.json").write_text(json.dumps(CONFIG))
+    (config / "agent-card.json").write_text(json.dumps(CARD))
+    port = _free_port()
+    command = [str(BIN / "kagent-memory-governed"), "static", "--host", "127.0.0.1", "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--filepath", str(config)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    return server, f"http://127.0.0.1:{port}"
+
+
+def _wait_for_health(server: subprocess.Popen, url: str) -> httpx.Response | None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            return httpx.get(f"{url}/health", timeout=1)
+        except httpx.TransportError:
+            time.sleep(0.2)  # waiting for a real server to listen; no clock-dependent behaviour is tested
+    return None
+
+
+def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database_url: str, store):
+    env = _environment(tmp_path, bridge, database_url)
+    env.pop("KAGENT_GOVERNED_MEMORY")  # the console script installs governed memory itself
+    server, url = _serve(tmp_path, env)
+    try:
+        health = _wait_for_health(server, url)
+        assert health is not None and health.status_code == 200
+        status = httpx.get(f"{url}/memory/v1/status", timeout=5)
+        assert (status.status_code, status.json()) == (401, {"error": "no_assertion"})
+        token = bridge.sign(time.time(), "control")
+        status = httpx.get(f"{url}/memory/v1/status", headers={"Authorization": f"Bearer {token}"}, timeout=5)
+        assert status.status_code == 200 and status.json()["enabled"] is False
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def test_the_server_refuses_to_start_on_an_unmigrated_database(tmp_path: Path, bridge, database_url: str, store):
+    env = _environment(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
+    env.pop("KAGENT_GOVERNED_MEMORY")
+    server, url = _serve(tmp_path, env)
+    try:
+        output, _ = server.communicate(timeout=120)
+    finally:
+        server.kill()
+    assert server.returncode != 0
+    assert "schema_outdated" in output
+
+
+def test_a_runner_built_anywhere_in_kagent_gets_the_governed_service(runtime):
+    agent = AgentConfig.model_validate(CONFIG).to_agent("helper")
+    runner = a2a.Runner(app_name="helper", agent=agent, session_service=InMemorySessionService())
+    assert runner.memory_service is runtime.service
+    assert isinstance(runner.memory_service, GovernedMemoryService)
