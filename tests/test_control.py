@@ -9,9 +9,9 @@ from datetime import timedelta
 
 import httpx
 import pytest
+from agent import ScriptedModel, build_app
 from bridge import HOMESERVER, Bridge
 from conftest import facts
-from fastapi import FastAPI
 from freezegun import freeze_time
 
 from kagent_memory_governed import clock, control
@@ -23,10 +23,10 @@ ROOM = f"!control:{HOMESERVER}"
 
 
 @pytest.fixture
-async def client(store: Store, bridge: Bridge) -> AsyncIterator[httpx.AsyncClient]:
-    app = FastAPI()
-    control.mount(app, store, bridge.trust())
-    control.mount(app, store, bridge.trust())  # idempotent
+async def client(runtime, store: Store, bridge: Bridge) -> AsyncIterator[httpx.AsyncClient]:
+    """Upstream's real KAgentApp, built with governed memory installed, over ASGI."""
+    app = build_app(ScriptedModel())
+    control.mount(app, store, bridge.trust())  # already mounted by activation: idempotent
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
         yield http
 
@@ -213,7 +213,8 @@ async def test_a_malformed_entry_id_is_422(client, bridge: Bridge):
 
 async def test_the_routes_are_documented_in_the_openapi_schema(client):
     schema = (await client.get("/openapi.json")).json()
-    paths = schema["paths"]
+    paths = {path: ops for path, ops in schema["paths"].items() if path.startswith("/memory/v1")}
+    assert "/" in schema["paths"]  # the agent's own A2A endpoint: this is the real app
     assert set(paths) == {
         "/memory/v1/consent",
         "/memory/v1/status",
