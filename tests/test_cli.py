@@ -43,20 +43,23 @@ def test_an_unreachable_database_is_a_reason_code(tmp_path: Path):
     assert (result.returncode, result.stderr) == (1, "refused: store_unavailable\n")
 
 
-def test_the_demo_runs_the_whole_lifecycle_on_the_embedded_default(tmp_path: Path):
+def test_the_demo_runs_the_whole_lifecycle_through_the_runtime_on_the_embedded_default(tmp_path: Path):
     result = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
-    out = result.stdout
-    for expected in (
-        "write refused: consent_missing",
-        "enabled at generation 1",
-        "stored 3 entries",
-        "another room sees: consent_missing",
-        "erased 1; verified; 2 entries left",
-        "a save under the old generation: consent_stale",
-        "live entries 0; search hits 0; swept 2",
-        "100 entries; one more: entry_cap_reached",
-        "enabled False",
-        "a background save admitted before off: consent_disabled",
-    ):
-        assert expected in out
+    steps = result.stdout.split("\n== ")[1:]
+    expected = [
+        ("migrate", "schema revision 0002"),
+        ("before consent", "Memory unavailable: consent_missing", "enabled=False entries=0"),
+        ("consent", "'generation': 1"),
+        ("saves a fact", "Saved to long-term memory", "entries=1"),
+        ("prefetch recalls", '"remembered_facts_in_context": 1'),
+        ("inspect", "control-room:!demo", "'I take my coffee black.'"),
+        ("forget exactly", "'deleted': True, 'verified': True", "entries=0"),
+        ("hard expiry", "7 days later: entries=0", '"remembered_facts_in_context": 0', "sweep physically deleted"),
+        ("off", "'enabled': False", "'verified': True", "consent_disabled", "last erasure=verified"),
+    ]
+    assert len(steps) == len(expected)
+    for step, (title, *evidence) in zip(steps, expected, strict=True):
+        assert title in step.splitlines()[0]
+        for text in evidence:
+            assert text in step, (title, text)
