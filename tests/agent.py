@@ -121,10 +121,12 @@ class CountingEmbedder:
         self.fail_with: str | None = None
         self.gate: asyncio.Event | None = None
         self.embedding = asyncio.Event()  # set on every call
+        self.batches: list[list[str]] = []
 
     async def __call__(self, texts: list[str]) -> list[list[float]]:
         self.calls += 1
         self.items += len(texts)
+        self.batches.append(list(texts))
         self.embedding.set()
         if self.gate is not None:
             await self.gate.wait()

@@ -259,3 +259,33 @@ async def test_a_prompt_to_ignore_the_rules_cannot_reach_another_scope(
     assert "4711" not in reply_text(answer)
     assert await entries(store, bridge) == ["everyone's secret"]
     assert await entries(store, bridge, sub=BOB) == ["bob's door code is 4711"]
+
+
+async def test_prefetch_embeds_at_most_eight_bounded_subqueries(
+    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder
+):
+    await consent(store, bridge)
+    model.script(on_user=lambda text: [])
+    message = " ".join(
+        f"Sentence {n} of a long first message, asking about many things {'é' * 300}." for n in range(20)
+    )
+    embedder.batches.clear()
+    await agent.send(message, context_id=new_context(), user=ALICE, scope=scope(bridge))
+    assert [len(batch) for batch in embedder.batches] == [8]  # one embedding call, eight items
+    assert all(len(query.encode()) <= 512 for query in embedder.batches[0])
+
+
+async def test_concurrent_requests_of_different_users_never_share_a_scope(
+    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge
+):
+    users = {f"@user{n}:{HOMESERVER}": await consent(store, bridge, sub=f"@user{n}:{HOMESERVER}") for n in range(6)}
+    model.script(on_user=lambda text: [("save_memory", {"content": text.split(":", 1)[1].strip()})])
+
+    async def chat(user: str, generation: int) -> None:
+        header = bridge.sign(time.time(), sub=user, gen=generation)
+        answer = await agent.send(f"note: secret of {user}", context_id=new_context(), user=user, scope=header)
+        assert "Saved to long-term memory" in reply_text(answer)
+
+    await asyncio.gather(*(chat(user, generation) for user, generation in users.items()))
+    for user in users:
+        assert await entries(store, bridge, sub=user) == [f"secret of {user}"]
