@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import hmac
 import time
 import uuid
 from collections.abc import AsyncIterator
@@ -10,12 +12,14 @@ from datetime import timedelta
 import httpx
 import pytest
 from agent import ScriptedModel, build_app
-from bridge import HOMESERVER, Bridge
+from bridge import HOMESERVER, Bridge, compact
 from conftest import facts
 from freezegun import freeze_time
 
 from kagent_memory_governed import clock, control
 from kagent_memory_governed.assertion import verify
+from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import Store
 
 ALICE, BOB = f"@alice:{HOMESERVER}", f"@bob:{HOMESERVER}"
@@ -226,3 +230,45 @@ async def test_the_routes_are_documented_in_the_openapi_schema(client):
     }
     assert "requestBody" in paths["/memory/v1/off"]["post"]
     assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+
+@pytest.mark.parametrize("alg", ["none", "HS256"])
+async def test_another_algorithm_is_refused(client, bridge: Bridge, alg: str):
+    claims = bridge.claims(time.time(), "control")
+    secret = bridge.public_pem.encode()
+    signer = (lambda data: b"") if alg == "none" else (lambda data: hmac.digest(secret, data, "sha256"))
+    token = compact({"alg": alg}, claims, signer)
+    answer = await client.get("/memory/v1/status", headers={"Authorization": f"Bearer {token}"})
+    assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
+
+
+async def test_saves_racing_an_off_call_never_land_afterwards(client, store: Store, bridge: Bridge, sql):
+    generation = await consent(client, bridge)
+    key = verify(bridge.sign(time.time(), gen=generation), bridge.trust(), now=clock.now(), user_id=ALICE).key
+
+    async def save(n: int) -> None:
+        try:
+            await store.write(key, generation, facts(f"racing fact {n}"))
+        except GovernedMemoryError:
+            pass
+
+    async def off() -> httpx.Response:
+        return await client.post("/memory/v1/off", json={"confirm": True}, headers=auth(bridge))
+
+    results = await asyncio.gather(*(save(n) for n in range(10)), off(), *(save(n) for n in range(10, 20)))
+    assert results[10].json()["verified"] is True
+    assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 0
+    await save(99)
+    assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 0
+
+
+async def test_offboard_covers_every_agent_sharing_the_database(client, store: Store, bridge: Bridge):
+    await consent(client, bridge)
+    other_agent = ScopeKey(
+        Principal.parse(ALICE, "native"), AgentId.parse("team-b/planner"), ControlRoom.parse(f"!planner:{HOMESERVER}")
+    )
+    grant = await store.grant(other_agent, purpose="assist", policy_version="v1")
+    await store.write(other_agent, grant.generation, facts("planner fact"))
+    answer = await client.post("/memory/v1/offboard", json={"confirm": True}, headers=auth(bridge, "offboard"))
+    assert answer.json() == {"scopes": 2, "erased": 1, "verified": True}
+    assert (await store.status(other_agent)).enabled is False
