@@ -14,6 +14,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Float,
     ForeignKey,
     Identity,
     Index,
@@ -117,4 +118,27 @@ replays = Table(
     Column("expires_at", DateTime(timezone=True), nullable=False),
     CheckConstraint("char_length(jti) BETWEEN 1 AND 128", name="replays_jti_bounded"),
     Index("replays_by_expiry", "expires_at"),
+)
+
+# Cost admission state, shared by every replica: explicit-operation token buckets per (sender, agent)
+# and usage units per scope (hourly) or bucket (per minute). No content, no text.
+buckets = Table(
+    "buckets",
+    metadata,
+    Column("bucket_id", UUID(as_uuid=True), primary_key=True),
+    Column("tokens", Float, nullable=False),
+    Column("updated_at", DateTime(timezone=True), nullable=False),
+)
+
+usage = Table(
+    "usage",
+    metadata,
+    Column("usage_id", BigInteger, Identity(always=True), primary_key=True),
+    Column("subject_id", UUID(as_uuid=True), nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    Column("units", Integer, nullable=False),
+    CheckConstraint("kind IN ('explicit', 'hourly')", name="usage_kind"),
+    CheckConstraint("units BETWEEN 1 AND 100", name="usage_units"),
+    Index("usage_window", "subject_id", "kind", "at"),
 )

@@ -122,3 +122,9 @@ class ScopeKey:
             self.room.room_id,
         )
         return uuid.uuid5(_SCOPE_NAMESPACE, "\x00".join(("v1", *parts)))
+
+    @property
+    def sender_agent_id(self) -> uuid.UUID:
+        """A stable opaque id of (principal, agent), every room included: the explicit-operation rate key."""
+        parts = (self.principal.mxid, self.principal.origin.value, str(self.agent))
+        return uuid.uuid5(_SCOPE_NAMESPACE, "\x00".join(("v1-sender-agent", *parts)))

@@ -31,11 +31,11 @@ from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from kagent_memory_governed import clock
+from kagent_memory_governed import admission, clock
 from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, fence, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_embedding, admit_fact, expiry_seconds
-from kagent_memory_governed.schema import SCHEMA, entries, ledger, replays, scopes
+from kagent_memory_governed.schema import SCHEMA, buckets, entries, ledger, replays, scopes, usage
 from kagent_memory_governed.scope import Principal, ScopeKey
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
@@ -291,6 +291,13 @@ class Store:
             await conn.run_sync(upgrade)
         return await self.revision()
 
+    @staticmethod
+    def head_revision() -> str:
+        """The schema revision this package's migrations lead to."""
+        from alembic.script import ScriptDirectory
+
+        return ScriptDirectory(str(files("kagent_memory_governed") / "migrations")).get_current_head()
+
     async def revision(self) -> str | None:
         """The schema revision in the database, or ``None`` before the first migration."""
         async with self._transaction() as conn:
@@ -302,17 +309,14 @@ class Store:
     async def check_ready(self) -> None:
         """Refuse to serve unless the server and pgvector are supported (``unsupported_database``) and the
         schema and installed pgvector are what this package migrates to (``schema_outdated``: run ``migrate``)."""
-        from alembic.script import ScriptDirectory
-
         async with self._transaction() as conn:
             await self._check_server(conn)
             installed = await conn.scalar(
                 text("SELECT installed_version FROM pg_available_extensions WHERE name = 'vector'")
             )
-        script = ScriptDirectory(str(files("kagent_memory_governed") / "migrations"))
         if installed is None or _version_tuple(installed) < MIN_PGVECTOR:
             raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
-        if await self.revision() != script.get_current_head():
+        if await self.revision() != self.head_revision():
             raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
 
     @staticmethod
@@ -425,22 +429,67 @@ class Store:
 
     # -- data plane (fenced by generation) --------------------------------------------------------
 
-    async def admit(self, key: ScopeKey, generation: int, operation: str) -> None:
-        """Refuse, before any model or embedding work, what the fence would refuse anyway (R5, R21).
-        ``write`` and ``search`` check again in their own transaction: this is a gate, not the fence."""
+    async def admit(
+        self, key: ScopeKey, generation: int, operation: str, *, units: int = 0, explicit: bool = False
+    ) -> None:
+        """Admit memory work before any model or embedding call (R21-R26), in one transaction shared by
+        every replica: the consent fence, then (``explicit``) the sender/agent rate limit, then ``units``
+        of the scope's hourly ceiling. Admitted work is recorded as used; refused work is not.
+        Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``. ``write`` and ``search`` fence
+        again in their own transaction: admission is a gate, not the fence."""
         sid = key.scope_id
         try:
             admit_generation(generation)
+            if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= self.policy.entry_cap:
+                raise GovernedMemoryError(Reason.BAD_INPUT)
         except GovernedMemoryError as refused:
             await self._refuse(operation, refused.reason, scope_id=sid)
         now = clock.now()
-        async with self._transaction(durable=False) as conn:
-            refusal = fence(await self._scope_state(conn, sid, lock=False), generation, now)
+        bucket_id = key.sender_agent_id
+        async with self._transaction() as conn:
+            refusal = fence(await self._scope_state(conn, sid, lock=True), generation, now)
+            tokens = 0.0
+            if refusal is None and explicit:
+                tokens, recent = await self._bucket(conn, bucket_id, now)
+                refusal = admission.explicit_refusal(tokens, recent, self.policy)
+            if refusal is None and units:
+                used = await conn.scalar(
+                    select(func.coalesce(func.sum(usage.c.units), 0)).where(
+                        usage.c.subject_id == sid, usage.c.kind == "hourly", usage.c.at > now - admission.HOUR
+                    )
+                )
+                refusal = admission.hourly_refusal(used, units, self.policy)
             if refusal is not None:
                 await self._record(
                     conn, operation, "refused", reason=refusal, scope_id=sid, generation=generation, at=now
                 )
                 raise _Refused(refusal)
+            if explicit:
+                await conn.execute(
+                    update(buckets).where(buckets.c.bucket_id == bucket_id).values(tokens=tokens - 1.0, updated_at=now)
+                )
+                await conn.execute(insert(usage).values(subject_id=bucket_id, kind="explicit", at=now, units=1))
+            if units:
+                await conn.execute(insert(usage).values(subject_id=sid, kind="hourly", at=now, units=units))
+
+    async def _bucket(self, conn: AsyncConnection, bucket_id: uuid.UUID, now: datetime) -> tuple[float, int]:
+        """The sender/agent bucket's tokens at ``now`` (locked) and its operations in the rolling minute."""
+        await conn.execute(
+            pg_insert(buckets)
+            .values(bucket_id=bucket_id, tokens=float(self.policy.explicit_burst), updated_at=now)
+            .on_conflict_do_nothing(index_elements=[buckets.c.bucket_id])
+        )
+        row = (
+            await conn.execute(
+                select(buckets.c.tokens, buckets.c.updated_at).where(buckets.c.bucket_id == bucket_id).with_for_update()
+            )
+        ).one()
+        recent = await conn.scalar(
+            select(func.count()).where(
+                usage.c.subject_id == bucket_id, usage.c.kind == "explicit", usage.c.at > now - admission.MINUTE
+            )
+        )
+        return admission.refill(admission.Bucket(row.tokens, row.updated_at), now, self.policy), recent
 
     async def write(
         self, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None = None
@@ -644,6 +693,7 @@ class Store:
                 break
         async with self._transaction() as conn:
             await conn.execute(delete(replays).where(replays.c.expires_at <= now))
+            await conn.execute(delete(usage).where(usage.c.at <= now - admission.HOUR))
             await self._record(conn, "sweep", "ok", count=total, at=now)
         return total
 

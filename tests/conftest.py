@@ -84,7 +84,8 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
             request.getfixturevalue("database_url").replace("postgresql+asyncpg://", "postgresql://")
         )
         await conn.execute(
-            "TRUNCATE governed_memory.entries, governed_memory.ledger, governed_memory.scopes, governed_memory.replays"
+            "TRUNCATE governed_memory.entries, governed_memory.ledger, governed_memory.scopes, governed_memory.replays,"
+            " governed_memory.buckets, governed_memory.usage"
         )
         await conn.close()
 

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kagent_memory_governed.store import Store
+
 COMMAND = str(Path(sys.executable).parent / "kagent-memory-governed")
 
 
@@ -18,7 +20,10 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 def test_migrate_and_sweep_against_the_configured_database(database_url: str, store):
     migrated = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
-    assert (migrated.returncode, migrated.stdout) == (0, "governed memory schema at revision 0002\n")
+    assert (migrated.returncode, migrated.stdout) == (
+        0,
+        f"governed memory schema at revision {Store.head_revision()}\n",
+    )
     swept = run("sweep", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
     assert (swept.returncode, swept.stdout) == (0, "swept 0 expired entries\n")
 
@@ -48,7 +53,7 @@ def test_the_demo_runs_the_whole_lifecycle_through_the_runtime_on_the_embedded_d
     assert result.returncode == 0, result.stderr
     steps = result.stdout.split("\n== ")[1:]
     expected = [
-        ("migrate", "schema revision 0002"),
+        ("migrate", f"schema revision {Store.head_revision()}"),
         ("before consent", "Memory unavailable: consent_missing", "enabled=False entries=0"),
         ("consent", "'generation': 1"),
         ("saves a fact", "Saved to long-term memory", "entries=1"),

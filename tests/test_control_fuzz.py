@@ -90,8 +90,8 @@ async def test_unauthenticated_junk_is_refused_with_a_code(client, route, author
         answer = await client.request(method, path, params={"q": query}, content=body.encode(), headers=headers)
     except (httpx.InvalidURL, UnicodeEncodeError, ValueError):
         return  # not sendable over HTTP at all
-    if answer.status_code in (404, 405) and not answer.headers.get("content-type", "").startswith("application/json"):
-        return  # a path the junk turned into another route: not ours
+    if answer.status_code in (307, 404, 405) and b'"error"' not in answer.content:
+        return  # the junk id made the path another route (a '/' or '..' in it): the router's answer, not ours
     check(answer, route)
     assert answer.status_code != 200
 

@@ -289,3 +289,60 @@ async def test_concurrent_requests_of_different_users_never_share_a_scope(
     await asyncio.gather(*(chat(user, generation) for user, generation in users.items()))
     for user in users:
         assert await entries(store, bridge, sub=user) == [f"secret of {user}"]
+
+
+async def _units(sql: asyncpg.Connection) -> int:
+    return await sql.fetchval("SELECT coalesce(sum(units), 0) FROM governed_memory.usage WHERE kind = 'hourly'")
+
+
+async def test_a_prefetch_of_eight_subqueries_consumes_eight_units(
+    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, sql: asyncpg.Connection
+):
+    await consent(store, bridge)
+    model.script(on_user=lambda text: [])
+    message = " ".join(f"Sentence number {n} of a long first message about many things." for n in range(12))
+    await agent.send(message, context_id=new_context(), user=ALICE, scope=scope(bridge))
+    assert await _units(sql) == 8
+
+
+async def test_an_auto_save_of_ten_facts_consumes_its_summary_and_ten_embedding_items(
+    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, sql: asyncpg.Connection
+):
+    await consent(store, bridge)
+    model.script(on_user=lambda text: [], summary=json.dumps([f"fact {n}" for n in range(10)]))
+    context = new_context()
+    for turn in range(5):
+        await agent.send(f"turn {turn}", context_id=context, user=ALICE, scope=scope(bridge))
+    await runtime.service.drain()
+    assert await _units(sql) == 1 + 1 + 10  # the first turn's prefetch, the summary, ten embedding items
+
+
+async def test_over_the_ceiling_memory_fails_closed_the_chat_still_runs_and_nothing_is_spent(
+    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder
+):
+    generation = await consent(store, bridge)
+    key = verify(scope(bridge, gen=generation), bridge.trust(), now=now(), user_id=ALICE).key
+    await store.admit(key, generation, "prefetch", units=60)  # the hour is spent
+    model.script(on_user=remember_and_recall, summary='["a fact"]')
+    context = new_context()
+    embedder.calls = 0
+    question = "Which tea should you brew for me this afternoon, given my favourite tea?"
+    answer = await agent.send(question, context_id=context, user=ALICE, scope=scope(bridge))
+    assert answer["result"]["status"]["state"] == "completed"
+    assert "Memory unavailable: hourly_ceiling" in reply_text(answer)
+    for turn in range(4):
+        await agent.send(f"turn {turn}", context_id=context, user=ALICE, scope=scope(bridge))
+    await runtime.service.drain()
+    assert embedder.calls == 0 and model.summaries == []
+
+
+async def test_explicit_operations_over_the_rate_fail_closed_without_embedding(
+    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder
+):
+    await consent(store, bridge)
+    replies = [await agent.send(TEA, context_id=new_context(), user=ALICE, scope=scope(bridge)) for _ in range(4)]
+    assert ["Saved to long-term memory" in reply_text(r) for r in replies] == [True, True, True, False]
+    assert "Memory unavailable: rate_limited" in reply_text(replies[3])
+    assert (
+        embedder.items == 4 + 3
+    )  # four first-message prefetches, three saved facts; the refused save embedded nothing

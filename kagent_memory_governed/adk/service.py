@@ -95,8 +95,9 @@ class GovernedMemoryService(BaseMemoryService):
     # -- governed operations -------------------------------------------------------------------------
 
     async def search(self, scope: RequestScope, queries: list[str], operation: str) -> list[MemoryEntry]:
-        """Entries of ``scope`` matching any of ``queries``, de-duplicated, best first."""
-        await self._admit(scope, operation)
+        """Entries of ``scope`` matching any of ``queries``, de-duplicated, best first. Each query is one
+        unit of the hourly ceiling; an explicit ``load`` is also rate limited per sender and agent."""
+        await self._admit(scope, operation, units=len(queries), explicit=operation == "load")
         vectors = await self._embed(queries)
         found: dict[str, tuple[float, MemoryEntry]] = {}
         for vector in vectors:
@@ -114,7 +115,8 @@ class GovernedMemoryService(BaseMemoryService):
         return [entry for _, entry in sorted(found.values(), key=lambda pair: -pair[0])]
 
     async def save(self, scope: RequestScope, texts: list[str], operation: str) -> None:
-        """Store ``texts`` in ``scope`` (all or none), checked before they are embedded."""
+        """Store ``texts`` in ``scope`` (all or none), admitted before they are embedded: one unit per fact,
+        and an explicit ``save`` is also rate limited per sender and agent."""
         try:
             facts = [admit_fact(text, self.policy) for text in texts]
             if not facts:
@@ -122,7 +124,7 @@ class GovernedMemoryService(BaseMemoryService):
         except GovernedMemoryError as refused:
             metering.count(operation, "refused", refused.reason)
             raise
-        await self._admit(scope, operation)
+        await self._admit(scope, operation, units=len(facts), explicit=operation == "save")
         vectors = await self._embed(facts)
         await self.store.write(
             scope.key, scope.generation, [NewFact(t, v) for t, v in zip(facts, vectors, strict=True)]
@@ -131,10 +133,10 @@ class GovernedMemoryService(BaseMemoryService):
 
     async def _autosave(self, scope: RequestScope, events: list, model: BaseLlm) -> None:
         try:
-            await self._admit(scope, "autosave")
             tail = conversation.conversation_tail(events, self.policy.autosave_max_input_bytes)
             if not tail:
                 return
+            await self._admit(scope, "summarize", units=1)  # the summarization is one unit
             facts, dropped = conversation.facts_from_summary(await self._summarize(model, tail), self.policy)
             if dropped:
                 metering.count("autosave", "refused", Reason.FACT_TOO_LARGE, dropped)
@@ -148,9 +150,9 @@ class GovernedMemoryService(BaseMemoryService):
 
     # -- model and embedding calls, admitted first ---------------------------------------------------
 
-    async def _admit(self, scope: RequestScope, operation: str) -> None:
+    async def _admit(self, scope: RequestScope, operation: str, *, units: int, explicit: bool = False) -> None:
         try:
-            await self.store.admit(scope.key, scope.generation, operation)
+            await self.store.admit(scope.key, scope.generation, operation, units=units, explicit=explicit)
         except GovernedMemoryError as refused:
             metering.count(operation, "refused", refused.reason)
             raise

@@ -1,0 +1,80 @@
+"""Admitted and refused memory work is counted apart from chat tokens, with bounded labels only (R27)."""
+
+from __future__ import annotations
+
+import time
+
+import httpx
+import pytest
+from agent import A2AClient, ScriptedModel, build_app, new_context
+from bridge import HOMESERVER
+from opentelemetry import metrics
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+from kagent_memory_governed import metering
+from kagent_memory_governed.errors import Reason
+
+ALICE = f"@alice:{HOMESERVER}"
+
+
+@pytest.fixture(scope="session")
+def metric_reader() -> InMemoryMetricReader:
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return reader
+
+
+def counts(reader: InMemoryMetricReader) -> dict[tuple[str, str, str], int]:
+    found: dict[tuple[str, str, str], int] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope_metrics in resource.scope_metrics:
+            for metric in scope_metrics.metrics:
+                assert metric.name == "governed_memory.operations"
+                for point in metric.data.data_points:
+                    labels = dict(point.attributes)
+                    assert set(labels) == {"operation", "result", "reason"}
+                    assert labels["operation"] in metering.OPERATIONS
+                    assert labels["result"] in metering.RESULTS
+                    assert labels["reason"] in {r.value for r in Reason} | {"none"}
+                    found[(labels["operation"], labels["result"], labels["reason"])] = point.value
+    return found
+
+
+def delta(before: dict, after: dict) -> dict:
+    return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
+
+
+async def test_memory_work_is_counted_by_operation_result_and_reason(metric_reader, runtime, store, bridge, embedder):
+    model = ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": "likes tea"})])
+    app = build_app(model)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+        agent = A2AClient(http)
+        before = counts(metric_reader)
+        await agent.send("hello there", context_id=new_context(), user=ALICE, scope=None)
+        key_token = bridge.sign(time.time(), "control")
+        grant = await http.post(
+            "/memory/v1/consent",
+            json={"purpose": "assist", "policy_version": "v1"},
+            headers={"Authorization": f"Bearer {key_token}"},
+        )
+        generation = grant.json()["generation"]
+        await agent.send(
+            "hello again", context_id=new_context(), user=ALICE, scope=bridge.sign(time.time(), gen=generation)
+        )
+        after = counts(metric_reader)
+    assert delta(before, after) == {
+        ("assertion", "refused", "no_assertion"): 1,
+        ("assertion", "admitted", "none"): 1,
+        ("prefetch", "ok", "none"): 1,
+        ("save", "ok", "none"): 1,
+        ("embed", "ok", "none"): 2,  # one prefetch subquery, one fact
+    }
+
+
+def test_an_unbounded_label_is_a_programming_error():
+    with pytest.raises(ValueError):
+        metering.count("@alice:example.org", "ok")
+    with pytest.raises(ValueError):
+        metering.count("save", "sentinel text")
