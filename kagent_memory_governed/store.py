@@ -447,6 +447,7 @@ class Store:
         now = clock.now()
         bucket_id = key.sender_agent_id
         async with self._transaction() as conn:
+            # each count below is its own statement, so it sees what earlier lock holders committed
             refusal = fence(await self._scope_state(conn, sid, lock=True), generation, now)
             tokens = 0.0
             if refusal is None and explicit:
@@ -468,20 +469,19 @@ class Store:
                 await conn.execute(
                     update(buckets).where(buckets.c.bucket_id == bucket_id).values(tokens=tokens - 1.0, updated_at=now)
                 )
-                await conn.execute(insert(usage).values(subject_id=bucket_id, kind="explicit", at=now, units=1))
-            if units:
-                await conn.execute(insert(usage).values(subject_id=sid, kind="hourly", at=now, units=units))
+            spent = [{"subject_id": bucket_id, "kind": "explicit", "at": now, "units": 1}] if explicit else []
+            spent += [{"subject_id": sid, "kind": "hourly", "at": now, "units": units}] if units else []
+            if spent:
+                await conn.execute(insert(usage), spent)
 
     async def _bucket(self, conn: AsyncConnection, bucket_id: uuid.UUID, now: datetime) -> tuple[float, int]:
-        """The sender/agent bucket's tokens at ``now`` (locked) and its operations in the rolling minute."""
-        await conn.execute(
-            pg_insert(buckets)
-            .values(bucket_id=bucket_id, tokens=float(self.policy.explicit_burst), updated_at=now)
-            .on_conflict_do_nothing(index_elements=[buckets.c.bucket_id])
-        )
+        """The sender/agent bucket's tokens at ``now`` (its row locked) and its operations in the rolling minute."""
         row = (
             await conn.execute(
-                select(buckets.c.tokens, buckets.c.updated_at).where(buckets.c.bucket_id == bucket_id).with_for_update()
+                pg_insert(buckets)
+                .values(bucket_id=bucket_id, tokens=float(self.policy.explicit_burst), updated_at=now)
+                .on_conflict_do_update(index_elements=[buckets.c.bucket_id], set_={"bucket_id": bucket_id})
+                .returning(buckets.c.tokens, buckets.c.updated_at)
             )
         ).one()
         recent = await conn.scalar(

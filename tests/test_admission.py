@@ -110,6 +110,13 @@ async def test_concurrent_admissions_never_pass_the_ceiling(store: Store, key: S
     assert outcomes == {"ok": 60, "hourly_ceiling": 20}
 
 
+async def test_concurrent_explicit_operations_of_one_sender_across_rooms_share_one_burst(store: Store, new_key):
+    rooms = [new_key(), new_key(), new_key()]
+    generations = [(await store.grant(k, purpose="assist", policy_version="v1")).generation for k in rooms]
+    attempts = [_outcome(store, rooms[n % 3], generations[n % 3], units=1, explicit=True) for n in range(12)]
+    assert Counter(await asyncio.gather(*attempts)) == {"ok": 3, "rate_limited": 9}
+
+
 REPLICA = textwrap.dedent(
     """
     import asyncio, sys
