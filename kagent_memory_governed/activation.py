@@ -7,7 +7,9 @@
 - ``kagent.adk._a2a.KAgentRequestContextBuilder`` -> binds the verified ``X-Memory-Scope`` per request
 - ``AgentConfig._configure_memory``             -> governed tools, instruction and auto-save callback
 - upstream's memory tool classes in their modules -> the governed subclasses
-- ``KAgentApp.build``                           -> also mounts ``/memory/v1`` and checks the store at start-up
+- ``KAgentApp.build``                           -> also mounts ``/memory/v1``, the memory-work middleware,
+                                                  and checks the store at start-up
+- the log-record factory and SDK span methods     -> the content boundary (``redaction``)
 
 Upstream's ``KagentMemoryService`` and memory tools are then never constructed. Each replacement is
 what an upstream patch in ``patches/`` makes pluggable. Activation that was asked for and fails ends
@@ -95,11 +97,12 @@ def install(*, settings: Settings | None = None, store: Store | None = None, emb
     import kagent.adk.tools.prefetch_memory_tool as prefetch_tool
     from kagent.adk.types import AgentConfig
 
-    from kagent_memory_governed import control
+    from kagent_memory_governed import control, redaction
     from kagent_memory_governed.adk import tools
     from kagent_memory_governed.adk.request import context_builder
     from kagent_memory_governed.adk.service import GovernedMemoryService, kagent_embedder
 
+    redaction.install()
     service = GovernedMemoryService(store, embedder)
 
     def memory_service_factory(*, embedding_config: Any = None, **_: Any) -> GovernedMemoryService:
@@ -113,12 +116,22 @@ def install(*, settings: Settings | None = None, store: Store | None = None, emb
             kwargs["memory_service"] = service
             super().__init__(**kwargs)
 
+        async def run_async(self, *args: Any, **kwargs: Any) -> Any:
+            try:
+                async for event in super().run_async(*args, **kwargs):
+                    yield event
+            except Exception as error:
+                if redaction.in_memory_work():  # kagent would answer str(error) to the caller
+                    raise redaction.WithheldError(type(error).__name__) from None
+                raise
+
     upstream_build = a2a.KAgentApp.build
 
     def build(self: Any, local: bool = False) -> Any:
         if self.agent_config is not None and self.agent_config.memory is not None:
             memory_service_factory(embedding_config=self.agent_config.memory.embedding)
         app = upstream_build(self, local=local)
+        app.add_middleware(redaction.MemoryWorkMiddleware)
         control.mount(app, store, trust)
         upstream_lifespan = app.router.lifespan_context
 

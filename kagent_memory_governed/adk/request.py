@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from kagent.core.a2a import KAgentRequestContextBuilder
 
-from kagent_memory_governed import clock, metering
+from kagent_memory_governed import clock, metering, redaction
 from kagent_memory_governed.assertion import Trust, verify
 from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.scope import ScopeKey
@@ -47,11 +47,13 @@ def bind(headers: dict, trust: Trust) -> RequestScope | None:
         assertion = verify(token, trust, now=clock.now(), purpose="scope", user_id=headers.get("x-user-id"))
     except GovernedMemoryError as refused:
         _scope.set(None)
+        redaction.enter(False)  # a memory-free request: its records stay as they are
         metering.count("assertion", "refused", refused.reason)
         logger.info("memory-free request: %s", refused.reason.value)
         return None
     scope = RequestScope(assertion.key, assertion.generation)
     _scope.set(scope)
+    redaction.enter(True)
     metering.count("assertion", "admitted")
     return scope
 

@@ -22,7 +22,7 @@ from google.genai import types
 from kagent.adk.models import KAgentEmbedding
 from kagent.adk.types import EmbeddingConfig
 
-from kagent_memory_governed import metering
+from kagent_memory_governed import metering, redaction
 from kagent_memory_governed.adk import conversation
 from kagent_memory_governed.adk.request import RequestScope, current
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
@@ -132,6 +132,7 @@ class GovernedMemoryService(BaseMemoryService):
         metering.count(operation, "ok")
 
     async def _autosave(self, scope: RequestScope, events: list, model: BaseLlm) -> None:
+        redaction.enter(True)  # this task's own context: background memory work
         try:
             tail = conversation.conversation_tail(events, self.policy.autosave_max_input_bytes)
             if not tail:

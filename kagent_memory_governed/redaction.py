@@ -1,0 +1,204 @@
+"""The content boundary (R16, R17): inside memory work, logs, spans and errors carry no memory material.
+
+"Memory work" is a context flag: set for an HTTP request that carries a scope assertion (before any
+other code sees the request), kept when the assertion verifies, cleared when it does not, and
+inherited by every task the request spawns (the agent run, its tools, a background auto-save).
+Memory-free requests are left exactly as they were.
+
+- Logs: a log-record factory, which no later logging configuration replaces, withholds the message,
+  its arguments, exception and stack text of every record created inside memory work, from any
+  logger, for any handler added at any time. Records keep logger, level and code location. This
+  package's own records are content-free by construction and pass unchanged.
+- Spans: content capture is switched off for ADK (``ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS``) and
+  OpenLLMetry (``TRACELOOP_TRACE_CONTENT``); inside memory work, SDK spans also withhold every string
+  attribute outside a small allowlist, exception messages and stack traces, and status descriptions.
+- Errors: a failure inside memory work leaves the agent run as its exception type only, so the A2A
+  answer (kagent reports ``str(error)``) holds no content.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any
+
+OWN_LOGGERS = "kagent_memory_governed"
+WITHHELD = "[withheld]"
+# Span attributes whose string values are identifiers or fixed vocabulary, never content.
+SAFE_SPAN_KEYS = frozenset(
+    {
+        "gen_ai.system",
+        "gen_ai.operation.name",
+        "gen_ai.request.model",
+        "gen_ai.response.model",
+        "gen_ai.agent.name",
+        "gen_ai.tool.name",
+        "gen_ai.tool.type",
+        "gen_ai.tool.call.id",
+        "gen_ai.conversation.id",
+        "gcp.vertex.agent.invocation_id",
+        "gcp.vertex.agent.session_id",
+        "gcp.vertex.agent.event_id",
+        "error.type",
+        "exception.type",
+        "http.method",
+        "http.request.method",
+        "http.route",
+        "http.scheme",
+        "rpc.method",
+    }
+)
+
+_memory_work: ContextVar[bool] = ContextVar("governed_memory_work", default=False)
+
+
+def in_memory_work() -> bool:
+    return _memory_work.get()
+
+
+def enter(active: bool = True) -> Any:
+    """Mark (or unmark) the current context as memory work; returns a token for ``leave``."""
+    return _memory_work.set(active)
+
+
+def leave(token: Any) -> None:
+    _memory_work.reset(token)
+
+
+class WithheldError(RuntimeError):
+    """What leaves a memory-bearing run instead of a failure whose text might hold content."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"{kind} during memory-enabled work (detail withheld)")
+
+
+# -- logs -----------------------------------------------------------------------------------------
+
+
+def scrub_record(record: logging.LogRecord) -> logging.LogRecord:
+    """Withhold a record's content if it was created inside memory work (outside this package)."""
+    if not _memory_work.get() or record.name == OWN_LOGGERS or record.name.startswith(OWN_LOGGERS + "."):
+        return record
+    kind = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else None
+    record.msg = f"record withheld inside memory work ({record.module}:{record.lineno}{f', {kind}' if kind else ''})"
+    record.args = None
+    record.exc_info = None
+    record.exc_text = None
+    record.stack_info = None
+    return record
+
+
+def install_log_boundary() -> None:
+    """Wrap the log-record factory once; handlers and configuration added later are covered too."""
+    previous = logging.getLogRecordFactory()
+    if getattr(previous, "governed_memory", False):
+        return
+
+    def factory(*args: Any, **kwargs: Any) -> logging.LogRecord:
+        return scrub_record(previous(*args, **kwargs))
+
+    factory.governed_memory = True  # type: ignore[attr-defined]
+    logging.setLogRecordFactory(factory)
+
+
+# -- spans ----------------------------------------------------------------------------------------
+
+
+def scrub_attributes(attributes: Any) -> Any:
+    if not attributes or not _memory_work.get():
+        return attributes
+    return {key: _scrub_value(key, value) for key, value in dict(attributes).items()}
+
+
+def _scrub_value(key: str, value: Any) -> Any:
+    if isinstance(value, bool | int | float) or key in SAFE_SPAN_KEYS:
+        return value
+    if isinstance(value, list | tuple) and all(isinstance(item, bool | int | float) for item in value):
+        return value
+    return WITHHELD
+
+
+def install_span_boundary() -> None:
+    """Switch content capture off and make SDK spans withhold content inside memory work."""
+    os.environ["ADK_CAPTURE_MESSAGE_CONTENT_IN_SPANS"] = "false"
+    os.environ["TRACELOOP_TRACE_CONTENT"] = "false"
+    from opentelemetry.sdk.trace import Span, Tracer
+    from opentelemetry.trace import Status, StatusCode
+
+    if getattr(Span, "governed_memory", False):
+        return
+
+    def wrap(method: Callable[..., Any], guard: Callable[..., tuple[tuple, dict]]) -> Callable[..., Any]:
+        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            if _memory_work.get():
+                args, kwargs = guard(*args, **kwargs)
+            return method(self, *args, **kwargs)
+
+        return guarded
+
+    def attribute(key: str, value: Any) -> tuple[tuple, dict]:
+        return (key, _scrub_value(key, value)), {}
+
+    def attributes(attributes: Any) -> tuple[tuple, dict]:
+        return (scrub_attributes(attributes),), {}
+
+    def event(name: str, attributes: Any = None, timestamp: Any = None) -> tuple[tuple, dict]:
+        return (name, scrub_attributes(attributes), timestamp), {}
+
+    def status(status: Any, description: str | None = None) -> tuple[tuple, dict]:
+        code = status.status_code if isinstance(status, Status) else status
+        return (Status(code, WITHHELD) if code is StatusCode.ERROR else Status(code),), {}
+
+    def start_span(name: str, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+        if "attributes" in kwargs:
+            kwargs["attributes"] = scrub_attributes(kwargs["attributes"])
+        return (name, *args), kwargs
+
+    def record_exception(
+        self: Any, exception: BaseException, attributes: Any = None, timestamp: Any = None, escaped: bool = False
+    ) -> None:
+        if not _memory_work.get():
+            return upstream_record_exception(self, exception, attributes, timestamp, escaped)
+        self.add_event(
+            "exception",
+            {"exception.type": type(exception).__name__, "exception.message": WITHHELD, "exception.escaped": escaped},
+            timestamp,
+        )
+
+    upstream_record_exception = Span.record_exception
+    Span.set_attribute = wrap(Span.set_attribute, attribute)
+    Span.set_attributes = wrap(Span.set_attributes, attributes)
+    Span.add_event = wrap(Span.add_event, event)
+    Span.set_status = wrap(Span.set_status, status)
+    Span.record_exception = record_exception
+    Tracer.start_span = wrap(Tracer.start_span, start_span)
+    Span.governed_memory = True
+
+
+def install() -> None:
+    install_log_boundary()
+    install_span_boundary()
+
+
+# -- the HTTP edge --------------------------------------------------------------------------------
+
+
+class MemoryWorkMiddleware:
+    """ASGI middleware: a request carrying a scope assertion is memory work from its first byte on,
+    before a2a-sdk or kagent log anything about it (the assertion is verified later, in kagent's
+    request context builder, which clears the mark if it fails)."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope.get("type") != "http":
+            return await self.app(scope, receive, send)
+        asserted = any(name.lower() == b"x-memory-scope" for name, _ in scope.get("headers", []))
+        token = enter(asserted)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            leave(token)
