@@ -25,6 +25,9 @@ from contextvars import ContextVar
 from typing import Any
 
 OWN_LOGGERS = "kagent_memory_governed"
+# The store's driver layer logs result rows at DEBUG (inspect and search rows are content), in or out
+# of memory work: its records are always withheld. Parameters are hidden at the engine as well.
+ALWAYS_WITHHELD = ("sqlalchemy.engine",)
 WITHHELD = "[withheld]"
 # Span attributes whose string values are identifiers or fixed vocabulary, never content.
 SAFE_SPAN_KEYS = frozenset(
@@ -78,8 +81,11 @@ class WithheldError(RuntimeError):
 
 
 def scrub_record(record: logging.LogRecord) -> logging.LogRecord:
-    """Withhold a record's content if it was created inside memory work (outside this package)."""
-    if not _memory_work.get() or record.name == OWN_LOGGERS or record.name.startswith(OWN_LOGGERS + "."):
+    """Withhold a record's content if it was created inside memory work (outside this package), or if it
+    comes from the store's driver layer."""
+    if record.name == OWN_LOGGERS or record.name.startswith(OWN_LOGGERS + "."):
+        return record
+    if not _memory_work.get() and not record.name.startswith(ALWAYS_WITHHELD):
         return record
     kind = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else None
     record.msg = f"record withheld inside memory work ({record.module}:{record.lineno}{f', {kind}' if kind else ''})"

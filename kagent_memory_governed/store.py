@@ -31,7 +31,7 @@ from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-from kagent_memory_governed import admission, clock
+from kagent_memory_governed import admission, clock, redaction
 from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, fence, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_embedding, admit_fact, expiry_seconds
@@ -182,9 +182,12 @@ class Store:
 
     @classmethod
     def connect(cls, url: str, policy: Policy, *, pool_size: int = 5, max_overflow: int = 10) -> Store:
-        """A store over ``url`` (``postgresql+asyncpg://``). Connections are opened lazily."""
+        """A store over ``url`` (``postgresql+asyncpg://``). Connections are opened lazily. Statement
+        parameters never appear in logs or exception text, nor do result rows (``redaction``)."""
+        redaction.install_log_boundary()
         engine = create_async_engine(
             url,
+            hide_parameters=True,
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_pre_ping=True,

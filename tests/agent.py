@@ -47,14 +47,15 @@ class ScriptedModel(BaseLlm):
     _summary: str = PrivateAttr(default="[]")
     _summary_gate: asyncio.Event | None = PrivateAttr(default=None)
     _fail_summary: bool = PrivateAttr(default=False)
+    _fail_chat: str | None = PrivateAttr(default=None)
     _summarizing: asyncio.Event = PrivateAttr(default_factory=asyncio.Event)
 
-    def script(self, on_user=None, summary: str | None = None, gate=None, fail_summary: bool = False):
+    def script(self, on_user=None, summary: str | None = None, gate=None, fail_summary: bool = False, fail_chat=None):
         if on_user is not None:
             self._on_user = on_user
         if summary is not None:
             self._summary = summary
-        self._summary_gate, self._fail_summary = gate, fail_summary
+        self._summary_gate, self._fail_summary, self._fail_chat = gate, fail_summary, fail_chat
         return self
 
     @property
@@ -87,6 +88,8 @@ class ScriptedModel(BaseLlm):
                 raise RuntimeError(f"provider error, body: {self._summary}")
             yield _reply(types.Part(text=self._summary))
             return
+        if self._fail_chat is not None:
+            raise RuntimeError(f"provider returned 500, body: {self._fail_chat}")
         last = llm_request.contents[-1]
         if any(part.function_response for part in last.parts or []):
             results = [json.dumps(part.function_response.response) for part in last.parts if part.function_response]

@@ -68,6 +68,31 @@ def runtime(store: Store, bridge, embedder):
     return install(settings=settings, store=store, embedder=embedder)
 
 
+@pytest.fixture(scope="session")
+def metric_reader():
+    from opentelemetry import metrics
+    from opentelemetry.sdk.metrics import MeterProvider
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    reader = InMemoryMetricReader()
+    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
+    return reader
+
+
+@pytest.fixture(scope="session")
+def span_exporter():
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    trace.set_tracer_provider(provider)
+    return exporter
+
+
 @pytest.fixture
 async def sql(database_url: str) -> AsyncIterator[asyncpg.Connection]:
     """A plain connection for checking what is really in the database."""

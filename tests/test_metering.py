@@ -8,21 +8,12 @@ import httpx
 import pytest
 from agent import A2AClient, ScriptedModel, build_app, new_context
 from bridge import HOMESERVER
-from opentelemetry import metrics
-from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 
 from kagent_memory_governed import metering
 from kagent_memory_governed.errors import Reason
 
 ALICE = f"@alice:{HOMESERVER}"
-
-
-@pytest.fixture(scope="session")
-def metric_reader() -> InMemoryMetricReader:
-    reader = InMemoryMetricReader()
-    metrics.set_meter_provider(MeterProvider(metric_readers=[reader]))
-    return reader
 
 
 def counts(reader: InMemoryMetricReader) -> dict[tuple[str, str, str], int]:

@@ -1,0 +1,294 @@
+"""Sentinels: memory material never reaches logs, spans, metrics, ledger or errors (R16, R17).
+
+Every logger at DEBUG is captured by a handler added after kagent reconfigured logging, spans go to an
+in-memory exporter on a real SDK tracer provider, metrics to an in-memory reader. Each test injects its
+own sentinel into one path, proves the sentinel travelled that path, and then proves it is nowhere.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import AsyncIterator, Iterator
+
+import asyncpg
+import httpx
+import pytest
+from agent import A2AClient, ScriptedModel, build_app, new_context, system_instruction
+from bridge import HOMESERVER, Bridge
+from conftest import facts
+from kagent.adk.types import EmbeddingConfig
+from kagent.core._logging import configure_logging
+
+from kagent_memory_governed.adk.service import kagent_embedder
+from kagent_memory_governed.assertion import verify
+from kagent_memory_governed.clock import now
+from kagent_memory_governed.redaction import scrub_record
+from kagent_memory_governed.store import Store
+
+ALICE = f"@alice:{HOMESERVER}"
+
+
+class Capture(logging.Handler):
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.setFormatter(logging.Formatter("%(name)s %(levelname)s %(message)s"))
+        self.texts: list[str] = []
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+        self.texts.append(self.format(record))  # the message with its arguments, exception and stack text
+
+
+@pytest.fixture
+def logs() -> Iterator[Capture]:
+    configure_logging()  # kagent (like uvicorn) reconfigures logging after activation
+    capture = Capture()
+    loggers = [logging.getLogger()] + [
+        logging.getLogger(name) for name in list(logging.root.manager.loggerDict) if not name.startswith("pytest")
+    ]
+    for name in ("google_adk", "kagent", "kagent_adk", "httpx", "asyncpg", "sqlalchemy", "uvicorn", "a2a"):
+        loggers.append(logging.getLogger(name))
+    levels = [(logger, logger.level) for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.DEBUG)
+    logging.getLogger().addHandler(capture)
+    yield capture
+    logging.getLogger().removeHandler(capture)
+    for logger, level in levels:
+        logger.setLevel(level)
+
+
+@pytest.fixture
+async def sinks(runtime, logs: Capture, span_exporter, metric_reader, sql: asyncpg.Connection, embedder):
+    span_exporter.clear()
+    embedder.calls = embedder.items = 0
+    embedder.fail_with = None
+    embedder.batches.clear()
+    return Sinks(logs, span_exporter, metric_reader, sql)
+
+
+class Sinks:
+    def __init__(self, logs: Capture, spans, metrics, sql: asyncpg.Connection) -> None:
+        self.logs, self.spans, self.metrics, self.sql = logs, spans, metrics, sql
+        self.responses: list[str] = []
+
+    def span_texts(self) -> list[str]:
+        texts = []
+        for span in self.spans.get_finished_spans():
+            texts.append(span.name)
+            texts += [f"{k}={v}" for k, v in (span.attributes or {}).items()]
+            for event in span.events:
+                texts.append(event.name)
+                texts += [f"{k}={v}" for k, v in (event.attributes or {}).items()]
+            texts.append(span.status.description or "")
+        return texts
+
+    def metric_labels(self) -> list[str]:
+        data = self.metrics.get_metrics_data()
+        return [
+            f"{k}={v}"
+            for resource in (data.resource_metrics if data else [])
+            for scope in resource.scope_metrics
+            for metric in scope.metrics
+            for point in metric.data.data_points
+            for k, v in point.attributes.items()
+        ]
+
+    async def evidence(self) -> str:
+        return await self.sql.fetchval(
+            "SELECT concat_ws('|', (SELECT string_agg(l::text, ',') FROM governed_memory.ledger l),"
+            " (SELECT string_agg(u::text, ',') FROM governed_memory.usage u),"
+            " (SELECT string_agg(s::text, ',') FROM governed_memory.scopes s))"
+        )
+
+    async def assert_absent(self, sentinel: str) -> None:
+        assert not [t for t in self.logs.texts if sentinel in t], "sentinel in a log record"
+        assert not [t for t in self.span_texts() if sentinel in t], "sentinel in a span"
+        assert not [t for t in self.metric_labels() if sentinel in t], "sentinel in a metric label"
+        assert sentinel not in (await self.evidence() or ""), "sentinel in the ledger"
+        assert not [r for r in self.responses if sentinel in r], "sentinel in an answer"
+
+
+@pytest.fixture
+def model() -> ScriptedModel:
+    return ScriptedModel()
+
+
+@pytest.fixture
+async def agent(runtime, model: ScriptedModel) -> AsyncIterator[A2AClient]:
+    app = build_app(model)
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+        yield A2AClient(http)
+    await runtime.service.drain()
+
+
+async def consent(store: Store, bridge: Bridge) -> tuple[object, int]:
+    key = verify(bridge.sign(time.time()), bridge.trust(), now=now(), user_id=ALICE).key
+    return key, (await store.grant(key, purpose="assist", policy_version="v1")).generation
+
+
+def without_tool_calls(value: object) -> object:
+    """An A2A answer minus the model's own tool-call arguments, which are the subject's conversation, not
+    material from the memory path; tool results, the agent's text and error messages all stay."""
+    if isinstance(value, dict):
+        if (value.get("metadata") or {}).get("kagent_type") == "function_call":
+            return None
+        return {k: without_tool_calls(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [without_tool_calls(v) for v in value]
+    return value
+
+
+async def send(agent: A2AClient, sinks: Sinks, bridge: Bridge, text: str, generation: int, context=None) -> dict:
+    answer = await agent.send(
+        text, context_id=context or new_context(), user=ALICE, scope=bridge.sign(time.time(), gen=generation)
+    )
+    sinks.responses.append(json.dumps(without_tool_calls(answer)))
+    return answer
+
+
+async def test_a_search_query_never_leaves_the_memory_path(sinks: Sinks, agent, model, store, bridge, embedder):
+    sentinel_prefetch, sentinel_load = "SENTINEL-QRY-PREFETCH-4b1e", "SENTINEL-QRY-LOAD-9c2d"
+    _, generation = await consent(store, bridge)
+    model.script(on_user=lambda text: [("load_memory", {"query": f"what about {sentinel_load}"})])
+    await send(agent, sinks, bridge, f"Tell me what you remember about {sentinel_prefetch} please, thanks.", generation)
+    batches = " ".join(text for batch in embedder.batches for text in batch)
+    assert sentinel_prefetch in batches and sentinel_load in batches  # both searches ran with them
+    await sinks.assert_absent(sentinel_load)
+    assert not [t for t in sinks.logs.texts if sentinel_prefetch in t]
+    assert not [t for t in sinks.span_texts() if sentinel_prefetch in t]
+
+
+@pytest.mark.parametrize(
+    "shape", ["SENTINEL-SUM-{n} is not json", '{{"facts": ["SENTINEL-SUM-{n}"]}}', '["ok", 7, "SENTINEL-SUM-{n}"]']
+)
+async def test_malformed_summarizer_output_is_never_logged_or_stored(
+    sinks: Sinks, runtime, agent, model, store, bridge, shape
+):
+    sentinel = f"SENTINEL-SUM-{abs(hash(shape)) % 1000}"
+    _, generation = await consent(store, bridge)
+    model.script(on_user=lambda text: [], summary=shape.format(n=sentinel.rsplit("-", 1)[1]))
+    context = new_context()
+    for turn in range(5):
+        await send(agent, sinks, bridge, f"turn {turn}", generation, context)
+    await runtime.service.drain()
+    assert len(model.summaries) == 1  # the summarizer answered with the sentinel
+    assert await sinks.sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 0
+    await sinks.assert_absent(sentinel)
+
+
+async def test_a_failing_model_response_body_is_withheld(sinks: Sinks, agent, model, store, bridge):
+    sentinel = "SENTINEL-MODEL-BODY-77aa"
+    _, generation = await consent(store, bridge)
+    model.script(fail_chat=sentinel)
+    answer = await send(agent, sinks, bridge, "hello, a question that fails", generation)
+    assert model.chats  # the model was called and raised with the body
+    assert answer["result"]["status"]["state"] == "failed"
+    assert "detail withheld" in json.dumps(answer)
+    await sinks.assert_absent(sentinel)
+
+
+async def test_a_failing_embedding_provider_body_is_withheld(sinks: Sinks, agent, model, store, bridge, runtime):
+    sentinel = "SENTINEL-EMBED-BODY-31ff"
+    hits: list[bytes] = []
+
+    async def provider(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        hits.append(await reader.read(65536))
+        body = json.dumps({"error": f"model overloaded while embedding; {sentinel}"}).encode()
+        writer.write(b"HTTP/1.1 500 Internal Server Error\r\nContent-Type: application/json\r\n")
+        writer.write(b"Content-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(provider, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    config = EmbeddingConfig(provider="ollama", model="nomic-embed-text", base_url=f"http://127.0.0.1:{port}")
+    original, runtime.service._embedder = runtime.service._embedder, kagent_embedder(config)  # upstream's client
+    try:
+        _, generation = await consent(store, bridge)
+        model.script(on_user=lambda text: [("save_memory", {"content": "likes tea"})])
+        answer = await send(agent, sinks, bridge, "hello there", generation)
+    finally:
+        runtime.service._embedder = original
+        server.close()
+    assert hits  # upstream's embedding client called the provider, which answered with the sentinel
+    assert "Memory unavailable: embedding_failed" in json.dumps(answer)
+    await sinks.assert_absent(sentinel)
+
+
+async def test_a_database_error_echoing_the_fact_is_withheld(sinks: Sinks, agent, model, store, bridge):
+    sentinel = "SENTINEL-DB-ERROR-5e5e"
+    await sinks.sql.execute(
+        "CREATE FUNCTION governed_memory.echo() RETURNS trigger LANGUAGE plpgsql AS"
+        " $$ BEGIN RAISE EXCEPTION 'rejected row: %', NEW.text; END; $$;"
+        "CREATE TRIGGER echo BEFORE INSERT ON governed_memory.entries"
+        " FOR EACH ROW EXECUTE FUNCTION governed_memory.echo()"
+    )
+    try:
+        key, generation = await consent(store, bridge)
+        with pytest.raises(asyncpg.RaiseError, match=sentinel):  # the database really echoes the fact
+            await sinks.sql.execute(
+                "INSERT INTO governed_memory.entries"
+                " VALUES ($1, gen_random_uuid(), $2, $3, 1, now(), now() + interval '1h')",
+                key.scope_id,
+                sentinel,
+                str([1.0] * 768),
+            )
+        model.script(on_user=lambda text: [("save_memory", {"content": f"remember {sentinel}"})])
+        answer = await send(agent, sinks, bridge, "hello there", generation)
+        assert "Memory unavailable: store_unavailable" in json.dumps(answer)
+    finally:
+        await sinks.sql.execute("DROP TRIGGER echo ON governed_memory.entries; DROP FUNCTION governed_memory.echo()")
+    await sinks.assert_absent(sentinel)
+
+
+async def test_a_stored_fact_injected_by_prefetch_stays_out_of_logs_and_spans(
+    sinks: Sinks, agent, model, store, bridge
+):
+    sentinel = "SENTINEL-FACT-PREFETCHED-0d0d"
+    key, generation = await consent(store, bridge)
+    await store.write(key, generation, facts(f"the user's locker code is {sentinel}"))
+    model.script(on_user=lambda text: [])
+    answer = await send(agent, sinks, bridge, "What is my locker code? Please tell me the locker code.", generation)
+    assert sentinel in system_instruction(model.chats[0])  # prefetch injected it into the model request
+    assert not [t for t in sinks.logs.texts if sentinel in t]
+    assert not [t for t in sinks.span_texts() if sentinel in t]
+    assert not [t for t in sinks.metric_labels() if sentinel in t]
+    assert sentinel not in (await sinks.evidence() or "")
+    assert sentinel not in json.dumps(answer)
+
+
+async def test_records_of_memory_free_requests_are_untouched(sinks: Sinks, agent, model):
+    model.script(fail_chat="MEMORY-FREE-BODY-1234")
+    answer = await agent.send("hello", context_id=new_context(), user=ALICE, scope=None)
+    assert "MEMORY-FREE-BODY-1234" in json.dumps(answer)  # upstream behaviour, unchanged without memory
+    assert [t for t in sinks.logs.texts if "MEMORY-FREE-BODY-1234" in t]
+    assert not [t for t in sinks.logs.texts if "withheld" in t]
+
+
+def test_a_record_made_inside_memory_work_keeps_only_its_location():
+    from kagent_memory_governed import redaction
+
+    token = redaction.enter(True)
+    try:
+        try:
+            raise ValueError("SENTINEL-EXC")
+        except ValueError:
+            import sys
+
+            record = logging.LogRecord(
+                "some.lib", logging.ERROR, "/x/lib.py", 42, "query %s", ("SENTINEL",), sys.exc_info()
+            )
+        scrubbed = scrub_record(record)
+        own = scrub_record(
+            logging.LogRecord("kagent_memory_governed.store", logging.INFO, "f", 1, "refused: %s", ("x",), None)
+        )
+    finally:
+        redaction.leave(token)
+    assert scrubbed.getMessage() == "record withheld inside memory work (lib:42, ValueError)"
+    assert scrubbed.exc_info is None and scrubbed.args is None
+    assert own.getMessage() == "refused: x"
