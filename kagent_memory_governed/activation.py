@@ -1,6 +1,8 @@
-"""Activation: install governed memory into an unmodified kagent-adk 0.9.11 process (R31).
+"""Activation: install governed memory into a kagent-adk process (R31).
 
-``install()`` replaces, by name, what kagent-adk looks up when it builds an agent and its app:
+With kagent-adk's memory plugin surface (upstream patch 0001 in ``patches/``), ``install()`` only
+selects this package's ``kagent.adk.memory`` entry point (``adk/integration.py``). On unmodified
+kagent-adk 0.9.11 it replaces, by name, what kagent-adk looks up when it builds an agent and its app:
 
 - ``kagent.adk._a2a.KagentMemoryService``       -> a factory returning the ``GovernedMemoryService``
 - ``kagent.adk._a2a.Runner``                    -> a Runner that gets the governed service even in local mode
@@ -20,7 +22,6 @@ from __future__ import annotations
 
 import os
 import sys
-from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,7 @@ class Runtime:
     trust: Trust
     store: Store
     service: Any  # GovernedMemoryService; typed loosely to keep kagent imports out of this module's import
+    mode: str  # "entry-point" (kagent-adk with the plugin surface) or "runtime-patching" (pinned 0.9.11)
 
 
 _runtime: Runtime | None = None
@@ -92,68 +94,19 @@ def install(*, settings: Settings | None = None, store: Store | None = None, emb
 
         store = Store.connect(database_url(settings), settings.load_policy())
 
-    import kagent.adk._a2a as a2a
-    import kagent.adk.tools.memory_tools as memory_tools
-    import kagent.adk.tools.prefetch_memory_tool as prefetch_tool
-    from kagent.adk.types import AgentConfig
-
-    from kagent_memory_governed import control, redaction
-    from kagent_memory_governed.adk import tools
-    from kagent_memory_governed.adk.request import context_builder
-    from kagent_memory_governed.adk.service import GovernedMemoryService, kagent_embedder
+    from kagent_memory_governed import redaction
+    from kagent_memory_governed.adk import integration
+    from kagent_memory_governed.adk.service import GovernedMemoryService
 
     redaction.install()
     service = GovernedMemoryService(store, embedder)
-
-    def memory_service_factory(*, embedding_config: Any = None, **_: Any) -> GovernedMemoryService:
-        # kagent passes its controller client and ttl_days too: unused, memory never goes there
-        if service._embedder is None and embedding_config is not None:
-            service._embedder = kagent_embedder(embedding_config)
-        return service
-
-    class GovernedRunner(a2a.Runner):
-        def __init__(self, **kwargs: Any) -> None:
-            kwargs["memory_service"] = service
-            super().__init__(**kwargs)
-
-        async def run_async(self, *args: Any, **kwargs: Any) -> Any:
-            try:
-                async for event in super().run_async(*args, **kwargs):
-                    yield event
-            except Exception as error:
-                if redaction.in_memory_work():  # kagent would answer str(error) to the caller
-                    raise redaction.WithheldError(type(error).__name__) from None
-                raise
-
-    upstream_build = a2a.KAgentApp.build
-
-    def build(self: Any, local: bool = False) -> Any:
-        if self.agent_config is not None and self.agent_config.memory is not None:
-            memory_service_factory(embedding_config=self.agent_config.memory.embedding)
-        app = upstream_build(self, local=local)
-        app.add_middleware(redaction.MemoryWorkMiddleware)
-        control.mount(app, store, trust)
-        upstream_lifespan = app.router.lifespan_context
-
-        @asynccontextmanager
-        async def lifespan(app: Any):
-            await store.check_ready()  # a store that is not ready stops start-up
-            async with upstream_lifespan(app) as state:
-                yield state
-            await service.drain()
-
-        app.router.lifespan_context = lifespan
-        return app
-
-    a2a.KagentMemoryService = memory_service_factory
-    a2a.Runner = GovernedRunner
-    a2a.KAgentRequestContextBuilder = context_builder(trust)
-    a2a.KAgentApp.build = build
-    AgentConfig._configure_memory = tools.configure_memory
-    memory_tools.SaveMemoryTool = tools.GovernedSaveMemoryTool
-    memory_tools.LoadMemoryTool = tools.GovernedLoadMemoryTool
-    prefetch_tool.PrefetchMemoryTool = tools.GovernedPrefetchMemoryTool
-    _runtime = Runtime(settings, trust, store, service)
+    entry_point = integration.upstream_has_plugins()
+    runtime = Runtime(settings, trust, store, service, "entry-point" if entry_point else "runtime-patching")
+    if entry_point:
+        os.environ["KAGENT_MEMORY_PLUGIN"] = integration.PLUGIN_NAME  # kagent-adk loads our plugin itself
+    else:
+        integration.patch_kagent(runtime)
+    _runtime = runtime
     return _runtime
 
 
