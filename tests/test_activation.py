@@ -21,6 +21,7 @@ from google.adk.sessions import InMemorySessionService
 from kagent.adk import AgentConfig
 
 import kagent_memory_governed
+from kagent_memory_governed.adk.integration import upstream_has_plugins
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.store import Store
 
@@ -40,9 +41,26 @@ def controller(monkeypatch: pytest.MonkeyPatch) -> FakeController:
     return fake
 
 
-def test_install_is_idempotent(runtime):
+def governed_runner_class(runtime) -> type:
+    """Where kagent gets its Runner class from in each activation mode."""
+    if runtime.mode == "entry-point":
+        from kagent.adk.memory_plugin import load_memory_plugin
+
+        return load_memory_plugin().runner_class
+    return a2a.Runner
+
+
+def test_install_is_idempotent_and_picks_the_mode_kagent_supports(runtime):
     assert kagent_memory_governed.install() is runtime
-    assert a2a.KagentMemoryService(embedding_config=None) is runtime.service
+    assert runtime.mode == ("entry-point" if upstream_has_plugins() else "runtime-patching")
+    if runtime.mode == "entry-point":
+        from kagent.adk.memory_plugin import load_memory_plugin
+
+        assert os.environ["KAGENT_MEMORY_PLUGIN"] == "governed"
+        service = load_memory_plugin().create_memory_service(app_name="x", agent_config=None, http_client=None)
+    else:
+        service = a2a.KagentMemoryService(embedding_config=None)
+    assert service is runtime.service
 
 
 async def test_with_a_controller_no_request_reaches_api_memories(
@@ -102,9 +120,22 @@ def _environment(tmp_path: Path, bridge, database_url: str, **extra: str) -> dic
     return env
 
 
-PROBE = (
-    "import kagent.adk._a2a as a, kagent.adk.tools.memory_tools as t; "
-    "print(a.KagentMemoryService.__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)"
+PROBE = """
+import kagent.adk._a2a as a, kagent.adk.tools.memory_tools as t
+import kagent_memory_governed.activation as activation
+runtime = activation._runtime
+if runtime is None:
+    print("inactive", a.KagentMemoryService.__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)
+elif runtime.mode == "entry-point":
+    from kagent.adk.memory_plugin import load_memory_plugin
+    print(runtime.mode, type(load_memory_plugin()).__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)
+else:
+    print(runtime.mode, a.KagentMemoryService.__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)
+"""
+ACTIVE = (
+    ["entry-point", "GovernedMemoryPlugin", "SaveMemoryTool", "Runner"]
+    if upstream_has_plugins()
+    else ["runtime-patching", "memory_service_factory", "GovernedSaveMemoryTool", "GovernedRunner"]
 )
 
 
@@ -113,13 +144,13 @@ def test_the_environment_switch_activates_at_interpreter_start(tmp_path: Path, b
         [sys.executable, "-c", PROBE], env=_environment(tmp_path, bridge, database_url), capture_output=True, text=True
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.split() == ["memory_service_factory", "GovernedSaveMemoryTool", "GovernedRunner"]
+    assert result.stdout.split() == ACTIVE
 
 
 def test_without_the_switch_nothing_changes(tmp_path: Path, bridge, database_url: str):
     env = _environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY="off")
     result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
-    assert result.stdout.split() == ["KagentMemoryService", "SaveMemoryTool", "Runner"]
+    assert result.stdout.split() == ["inactive", "KagentMemoryService", "SaveMemoryTool", "Runner"]
 
 
 @pytest.mark.parametrize(
@@ -199,6 +230,6 @@ def test_the_server_refuses_to_start_on_an_unmigrated_database(tmp_path: Path, b
 
 def test_a_runner_built_anywhere_in_kagent_gets_the_governed_service(runtime):
     agent = AgentConfig.model_validate(CONFIG).to_agent("helper")
-    runner = a2a.Runner(app_name="helper", agent=agent, session_service=InMemorySessionService())
+    runner = governed_runner_class(runtime)(app_name="helper", agent=agent, session_service=InMemorySessionService())
     assert runner.memory_service is runtime.service
     assert isinstance(runner.memory_service, GovernedMemoryService)
