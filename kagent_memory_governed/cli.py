@@ -1,8 +1,8 @@
 """The ``kagent-memory-governed`` command.
 
 ``static``, ``run`` and ``test`` are upstream ``kagent-adk``'s commands, with the same arguments, run
-with governed memory installed. ``migrate``, ``sweep`` and ``demo`` are this package's own. Output and
-errors are content-free: counts, revisions and reason codes.
+with governed memory installed. ``migrate``, ``sweep``, ``doctor`` and ``demo`` are this package's own.
+Output and errors are content-free: counts, revisions and reason codes.
 """
 
 from __future__ import annotations
@@ -64,9 +64,14 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("migrate", help="create or upgrade the store schema in the configured database")
     commands.add_parser("sweep", help="physically delete expired entries now; prints a count")
     commands.add_parser("demo", help="the governed lifecycle, step by step, on the embedded default")
+    commands.add_parser("doctor", help="content-free checks that this environment runs governed memory")
     for name in UPSTREAM_COMMANDS:
         commands.add_parser(name, help=f"kagent-adk {name} with governed memory installed", add_help=False)
     args = parser.parse_args(argv)
+    if args.command == "doctor":
+        from kagent_memory_governed.doctor import main_report
+
+        return main_report()
     try:
         settings = Settings()
         if args.command == "demo":

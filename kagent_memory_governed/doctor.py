@@ -1,0 +1,123 @@
+"""``kagent-memory-governed doctor``: is this process's environment governed, before any user consents?
+
+Run inside the agent's container (``kubectl exec``), it checks what the running server relies on: the
+settings and policy load, the bridge key, issuer, homeserver and agent identity are usable, the database
+is reachable with the schema at head, and governed memory (never upstream's) is active in the process.
+It prints check names, ``ok`` or ``FAILED`` and a reason code; never a setting's value. It writes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from typing import NamedTuple, TextIO
+
+from pydantic import ValidationError
+
+from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.settings import Settings
+
+
+class Check(NamedTuple):
+    """One check: its name, whether it passed, and a content-free reason code when it did not."""
+
+    name: str
+    ok: bool
+    reason: str | None = None
+
+
+def _policy(settings: Settings) -> tuple[Check, Policy]:
+    try:
+        return Check("policy", True), settings.load_policy()
+    except ConfigurationError:
+        return Check("policy", False, "invalid_policy"), Policy()
+
+
+def _bridge_key(settings: Settings) -> Check:
+    from kagent_memory_governed.assertion import Trust
+
+    if not settings.bridge_public_key:
+        return Check("bridge_key", False, "missing")
+    try:
+        Trust.load_public_key(settings.bridge_public_key)
+    except OSError:
+        return Check("bridge_key", False, "unreadable")
+    except (ValueError, TypeError):
+        return Check("bridge_key", False, "not_ed25519_public_key")
+    return Check("bridge_key", True)
+
+
+def _agent_identity(settings: Settings) -> Check:
+    from kagent_memory_governed.scope import AgentId
+
+    if not settings.kagent_namespace or not settings.kagent_name:
+        return Check("agent_identity", False, "missing")
+    try:
+        AgentId.parse(f"{settings.kagent_namespace}/{settings.kagent_name}")
+    except Exception:
+        return Check("agent_identity", False, "invalid")
+    return Check("agent_identity", True)
+
+
+async def _database(settings: Settings, policy: Policy) -> Check:
+    if settings.database_url is None:  # never start the embedded server from here
+        return Check("database", False, "embedded_default_is_for_local_use_only")
+    from kagent_memory_governed.embedded import database_url
+    from kagent_memory_governed.store import Store
+
+    try:
+        store = Store.connect(database_url(settings), policy, pool_size=1, max_overflow=0)
+    except Exception:  # e.g. an unparsable URL; the driver's message could quote it
+        return Check("database", False, "bad_database_url")
+    try:
+        await store.check_ready()
+    except GovernedMemoryError as error:
+        return Check("database", False, error.reason.value)
+    finally:
+        await store.close()
+    return Check("database", True)
+
+
+def _activation() -> Check:
+    from kagent_memory_governed import activation
+
+    if activation._runtime is None:
+        return Check("governed_memory_active", False, "not_activated")
+    import kagent.adk._a2a as a2a
+
+    if a2a.KagentMemoryService.__name__ != "memory_service_factory":
+        return Check("governed_memory_active", False, "upstream_memory_active")
+    return Check("governed_memory_active", True)
+
+
+async def run(settings: Settings) -> list[Check]:
+    """Every check, in order; content-free. Needs a database only if one is configured."""
+    policy_check, policy = _policy(settings)
+    return [
+        policy_check,
+        _bridge_key(settings),
+        Check("bridge_issuer", bool(settings.bridge_issuer), None if settings.bridge_issuer else "missing"),
+        Check("homeserver", bool(settings.homeserver), None if settings.homeserver else "missing"),
+        _agent_identity(settings),
+        await _database(settings, policy),
+        _activation(),
+    ]
+
+
+def main_report(settings: Settings | None = None, out: TextIO | None = None) -> int:
+    """Print one line per check; 0 when every check passed, 1 otherwise, 2 when the settings do not load."""
+    out = out or sys.stdout
+    try:
+        settings = settings or Settings()
+    except ValidationError:  # names only: a database URL may carry a password
+        out.write(f"{'settings':<24} FAILED invalid_settings\n")
+        return 2
+    checks = [Check("settings", True), *asyncio.run(run(settings))]
+    for check in checks:
+        out.write(f"{check.name:<24} {'ok' if check.ok else 'FAILED ' + str(check.reason)}\n")
+    return 0 if all(check.ok for check in checks) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main_report())

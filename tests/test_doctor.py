@@ -1,0 +1,145 @@
+"""``doctor``: proves, content-free, that a pod's environment runs governed memory before anyone consents."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from bridge import HOMESERVER, ISSUER
+from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from kagent_memory_governed import activation, doctor
+from kagent_memory_governed.settings import Settings
+
+CHECKS = [
+    "policy",
+    "bridge_key",
+    "bridge_issuer",
+    "homeserver",
+    "agent_identity",
+    "database",
+    "governed_memory_active",
+]
+
+
+def configured(tmp_path: Path, bridge, database_url: str | None, **overrides) -> Settings:
+    key = tmp_path / "bridge.pem"
+    key.write_text(bridge.public_pem)
+    values = dict(database_url=database_url, bridge_public_key=f"@{key}", bridge_issuer=ISSUER, homeserver=HOMESERVER)
+    return Settings(**{**values, **overrides})
+
+
+def failures(checks: list[doctor.Check]) -> dict[str, str | None]:
+    return {check.name: check.reason for check in checks if not check.ok}
+
+
+async def test_a_configured_activated_process_on_a_migrated_database_passes_every_check(
+    runtime, store, database_url: str, bridge, tmp_path: Path
+):
+    checks = await doctor.run(configured(tmp_path, bridge, database_url))
+    assert [check.name for check in checks] == CHECKS
+    assert failures(checks) == {}
+
+
+async def test_an_unmigrated_database_is_schema_outdated(runtime, store, database_url: str, bridge, tmp_path: Path):
+    settings = configured(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
+    assert failures(await doctor.run(settings)) == {"database": "schema_outdated"}
+
+
+async def test_without_a_database_url_the_embedded_default_is_reported_as_local_only(runtime, bridge, tmp_path: Path):
+    settings = configured(tmp_path, bridge, None, data_dir=tmp_path / "never-started")
+    assert failures(await doctor.run(settings)) == {"database": "embedded_default_is_for_local_use_only"}
+    assert not (tmp_path / "never-started").exists()
+
+
+@pytest.mark.parametrize(
+    ("pem", "reason"),
+    [
+        ("not a key", "not_ed25519_public_key"),
+        (
+            generate_private_key(SECP256R1())
+            .public_key()
+            .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+            .decode(),
+            "not_ed25519_public_key",
+        ),
+        ("@/nonexistent/bridge.pem", "unreadable"),
+    ],
+)
+async def test_a_bridge_key_that_is_not_a_readable_ed25519_key_fails(
+    runtime, bridge, tmp_path: Path, pem: str, reason: str
+):
+    checks = await doctor.run(configured(tmp_path, bridge, None, bridge_public_key=pem))
+    assert failures(checks)["bridge_key"] == reason
+
+
+def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr(activation, "_runtime", None)  # as in a process that was never activated
+    monkeypatch.setenv("KAGENT_NAME", "Not_A_Valid_Name")
+    policy = tmp_path / "policy.json"
+    policy.write_text(json.dumps({"entry_cap": 500}))
+    settings = Settings(
+        database_url=f"postgresql+asyncpg://app:SENTINEL-password@/postgres?host={tmp_path}",
+        bridge_public_key="@/nonexistent/SENTINEL-key.pem",
+        homeserver="SENTINEL.example",
+        policy=policy,
+    )
+    out = io.StringIO()
+    assert doctor.main_report(settings, out) == 1
+    report = out.getvalue()
+    assert "SENTINEL" not in report and "Not_A_Valid_Name" not in report
+    assert [line.split() for line in report.splitlines()] == [
+        ["settings", "ok"],
+        ["policy", "FAILED", "invalid_policy"],
+        ["bridge_key", "FAILED", "unreadable"],
+        ["bridge_issuer", "FAILED", "missing"],
+        ["homeserver", "ok"],
+        ["agent_identity", "FAILED", "invalid"],
+        ["database", "FAILED", "store_unavailable"],
+        ["governed_memory_active", "FAILED", "not_activated"],
+    ]
+
+
+def test_settings_that_do_not_load_are_named_without_their_value(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("KAGENT_GOVERNED_MEMORY_DATABASE_URL", "postgres://app:SENTINEL-password@db/kagent")
+    out = io.StringIO()
+    assert doctor.main_report(out=out) == 2
+    assert out.getvalue().split() == ["settings", "FAILED", "invalid_settings"]
+
+
+def _doctor_in_a_pod(tmp_path: Path, bridge, database_url: str, switch: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
+    key = tmp_path / "bridge.pem"
+    key.write_text(bridge.public_pem)
+    env.update(
+        KAGENT_GOVERNED_MEMORY=switch,
+        KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url,
+        KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=f"@{key}",
+        KAGENT_GOVERNED_MEMORY_BRIDGE_ISSUER=ISSUER,
+        KAGENT_GOVERNED_MEMORY_HOMESERVER=HOMESERVER,
+        KAGENT_URL="http://controller.invalid",
+        KAGENT_NAMESPACE="kagent",
+        KAGENT_NAME="helper",
+    )
+    command = [sys.executable, "-m", "kagent_memory_governed.doctor"]
+    return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
+
+
+def test_in_a_pod_with_the_switch_on_every_check_passes(tmp_path: Path, bridge, database_url: str, store):
+    result = _doctor_in_a_pod(tmp_path, bridge, database_url, "on")
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert [line.split() for line in result.stdout.splitlines()] == [[name, "ok"] for name in ["settings", *CHECKS]]
+
+
+def test_in_a_pod_with_the_switch_off_governed_memory_is_reported_inactive(
+    tmp_path: Path, bridge, database_url: str, store
+):
+    result = _doctor_in_a_pod(tmp_path, bridge, database_url, "off")
+    assert result.returncode == 1
+    assert result.stdout.splitlines()[-1].split() == ["governed_memory_active", "FAILED", "not_activated"]
