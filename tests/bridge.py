@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import uuid
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -69,3 +71,22 @@ class Bridge:
         return compact(
             header or {"alg": "EdDSA", "typ": "JWT"}, self.claims(now, purpose, **changes), self.private_key.sign
         )
+
+
+def pod_environment(tmp_path: Path, bridge: Bridge, database_url: str, **extra: str) -> dict[str, str]:
+    """The environment of an agent pod trusting ``bridge``: activation on, the key mounted as a file."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
+    key = tmp_path / "bridge.pem"
+    key.write_text(bridge.public_pem)
+    env.update(
+        KAGENT_GOVERNED_MEMORY="on",
+        KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url,
+        KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=f"@{key}",
+        KAGENT_GOVERNED_MEMORY_BRIDGE_ISSUER=ISSUER,
+        KAGENT_GOVERNED_MEMORY_HOMESERVER=HOMESERVER,
+        KAGENT_URL="http://controller.invalid",
+        KAGENT_NAMESPACE="kagent",
+        KAGENT_NAME="helper",
+    )
+    env.update(extra)
+    return env

@@ -15,7 +15,7 @@ import httpx
 import kagent.adk._a2a as a2a
 import pytest
 from agent import CARD, CONFIG, A2AClient, ScriptedModel, build_app, new_context, reply_text
-from bridge import HOMESERVER, ISSUER
+from bridge import HOMESERVER, pod_environment
 from controller import FakeController
 from google.adk.sessions import InMemorySessionService
 from kagent.adk import AgentConfig
@@ -102,24 +102,6 @@ async def test_with_a_controller_no_request_reaches_api_memories(
     assert stored and not any("x-memory-scope" in event for event in stored)  # never persisted in a session
 
 
-def _environment(tmp_path: Path, bridge, database_url: str, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
-    key = tmp_path / "bridge.pem"
-    key.write_text(bridge.public_pem)
-    env.update(
-        KAGENT_GOVERNED_MEMORY="on",
-        KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url,
-        KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=f"@{key}",
-        KAGENT_GOVERNED_MEMORY_BRIDGE_ISSUER=ISSUER,
-        KAGENT_GOVERNED_MEMORY_HOMESERVER=HOMESERVER,
-        KAGENT_URL="http://controller.invalid",
-        KAGENT_NAMESPACE="kagent",
-        KAGENT_NAME="helper",
-    )
-    env.update(extra)
-    return env
-
-
 PROBE = """
 import kagent.adk._a2a as a, kagent.adk.tools.memory_tools as t
 import kagent_memory_governed.activation as activation
@@ -141,14 +123,17 @@ ACTIVE = (
 
 def test_the_environment_switch_activates_at_interpreter_start(tmp_path: Path, bridge, database_url: str):
     result = subprocess.run(
-        [sys.executable, "-c", PROBE], env=_environment(tmp_path, bridge, database_url), capture_output=True, text=True
+        [sys.executable, "-c", PROBE],
+        env=pod_environment(tmp_path, bridge, database_url),
+        capture_output=True,
+        text=True,
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ACTIVE
 
 
 def test_without_the_switch_nothing_changes(tmp_path: Path, bridge, database_url: str):
-    env = _environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY="off")
+    env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY="off")
     result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
     assert result.stdout.split() == ["inactive", "KagentMemoryService", "SaveMemoryTool", "Runner"]
 
@@ -164,7 +149,7 @@ def test_without_the_switch_nothing_changes(tmp_path: Path, bridge, database_url
     ],
 )
 def test_a_failed_activation_ends_the_process(tmp_path: Path, bridge, database_url: str, broken: dict):
-    env = _environment(tmp_path, bridge, database_url, **broken)
+    env = pod_environment(tmp_path, bridge, database_url, **broken)
     result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
     assert result.returncode == 78
     assert result.stdout == "" and "activation failed" in result.stderr
@@ -200,7 +185,7 @@ def _wait_for_health(server: subprocess.Popen, url: str) -> httpx.Response | Non
 
 
 def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database_url: str, store):
-    env = _environment(tmp_path, bridge, database_url)
+    env = pod_environment(tmp_path, bridge, database_url)
     env.pop("KAGENT_GOVERNED_MEMORY")  # the console script installs governed memory itself
     server, url = _serve(tmp_path, env)
     try:
@@ -217,7 +202,7 @@ def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database
 
 
 def test_the_server_refuses_to_start_on_an_unmigrated_database(tmp_path: Path, bridge, database_url: str, store):
-    env = _environment(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
+    env = pod_environment(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
     env.pop("KAGENT_GOVERNED_MEMORY")
     server, url = _serve(tmp_path, env)
     try:

@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import io
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from bridge import HOMESERVER, ISSUER
+from bridge import HOMESERVER, ISSUER, pod_environment
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
@@ -114,19 +113,7 @@ def test_settings_that_do_not_load_are_named_without_their_value(monkeypatch: py
 
 
 def _doctor_in_a_pod(tmp_path: Path, bridge, database_url: str, switch: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
-    key = tmp_path / "bridge.pem"
-    key.write_text(bridge.public_pem)
-    env.update(
-        KAGENT_GOVERNED_MEMORY=switch,
-        KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url,
-        KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=f"@{key}",
-        KAGENT_GOVERNED_MEMORY_BRIDGE_ISSUER=ISSUER,
-        KAGENT_GOVERNED_MEMORY_HOMESERVER=HOMESERVER,
-        KAGENT_URL="http://controller.invalid",
-        KAGENT_NAMESPACE="kagent",
-        KAGENT_NAME="helper",
-    )
+    env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY=switch)
     command = [sys.executable, "-m", "kagent_memory_governed.doctor"]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
