@@ -84,9 +84,9 @@ def _activation() -> Check:
 
     if activation._runtime is None:
         return Check("governed_memory_active", False, "not_activated")
-    import kagent.adk._a2a as a2a
+    from kagent_memory_governed.adk.integration import in_charge
 
-    if a2a.KagentMemoryService.__name__ != "memory_service_factory":
+    if not in_charge(activation._runtime):
         return Check("governed_memory_active", False, "upstream_memory_active")
     return Check("governed_memory_active", True)
 

@@ -104,6 +104,21 @@ class GovernedMemoryPlugin:
 plugin = GovernedMemoryPlugin()
 
 
+def in_charge(runtime: Any) -> bool:
+    """Whether kagent-adk, as loaded in this process, builds memory from governed pieces only."""
+    if runtime.mode == "entry-point":
+        from kagent.adk.memory_plugin import load_memory_plugin
+
+        return load_memory_plugin() is plugin
+    import kagent.adk._a2a as a2a
+    from kagent.adk._memory_service import KagentMemoryService
+    from kagent.adk.types import AgentConfig
+
+    return (
+        a2a.KagentMemoryService is not KagentMemoryService and AgentConfig._configure_memory is tools.configure_memory
+    )
+
+
 def patch_kagent(runtime: Any) -> None:
     """Runtime-patching mode: replace by name what each plugin hook stands for (see activation)."""
     import kagent.adk._a2a as a2a
