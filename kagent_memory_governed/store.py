@@ -8,6 +8,8 @@ Guarantees, each enforced inside the transaction that does the work:
   scope row, which also quiesces them against a withdrawal);
 - every erasure fences first (disable, advance the generation), then deletes, then verifies in a
   fresh transaction; a failure leaves the scope disabled with a content-free record (R9);
+- cost admission (rate, burst, hourly units) is decided under the same scope lock, before model work,
+  in state every replica shares; destructive control tokens are accepted once per ``jti``;
 - every operation leaves a content-free ledger row.
 Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its only text.
 """
