@@ -86,8 +86,8 @@ def install(*, settings: Settings | None = None, store: Store | None = None, emb
     try:
         settings = settings or Settings()
     except ValidationError as error:
-        names = ", ".join(".".join(map(str, problem["loc"])) for problem in error.errors())
-        raise ConfigurationError(f"invalid settings: {names}") from None
+        problems = [".".join(map(str, p["loc"])) or p["msg"].removeprefix("Value error, ") for p in error.errors()]
+        raise ConfigurationError(f"invalid settings: {', '.join(problems)}") from None
     trust = _trust(settings)
     if store is None:
         from kagent_memory_governed.embedded import database_url

@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except ValidationError as error:  # never print input values: a URL may carry a password
         for problem in error.errors():
-            print(f"configuration error: {'.'.join(map(str, problem['loc']))}: {problem['msg']}", file=sys.stderr)
+            where = ".".join(map(str, problem["loc"]))
+            print(f"configuration error: {where + ': ' if where else ''}{problem['msg']}", file=sys.stderr)
         return 2
     except GovernedMemoryError as error:
         print(f"refused: {error.reason.value}", file=sys.stderr)

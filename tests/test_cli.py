@@ -42,6 +42,12 @@ def test_a_bad_database_url_is_refused_without_echoing_it():
     assert "database_url" in result.stderr and "hunter2" not in result.stderr
 
 
+def test_a_misspelt_setting_stops_instead_of_falling_back_to_the_embedded_database(tmp_path: Path):
+    result = run("sweep", KAGENT_GOVERNED_MEMORY_DATABSE_URL="postgresql+asyncpg://u:secret-pw@db/k")
+    assert result.returncode == 2
+    assert "unknown setting KAGENT_GOVERNED_MEMORY_DATABSE_URL" in result.stderr and "secret-pw" not in result.stderr
+
+
 def test_an_unreachable_database_is_a_reason_code(tmp_path: Path):
     url = f"postgresql+asyncpg://postgres:s3cret-pw@/postgres?host={tmp_path}"
     result = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=url)
