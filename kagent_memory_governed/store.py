@@ -183,22 +183,34 @@ class Store:
         self.policy = policy
 
     @classmethod
-    def connect(cls, url: str, policy: Policy, *, pool_size: int = 5, max_overflow: int = 10) -> Store:
+    def connect(
+        cls,
+        url: str,
+        policy: Policy,
+        *,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        pool_timeout: float = 10.0,
+        statement_timeout_ms: int = 15000,
+        lock_timeout_ms: int = 10000,
+    ) -> Store:
         """A store over ``url`` (``postgresql+asyncpg://``). Connections are opened lazily. Statement
-        parameters never appear in logs or exception text, nor do result rows (``redaction``)."""
+        parameters never appear in logs or exception text, nor do result rows (``redaction``). A pool
+        that stays exhausted, a statement or lock wait past its timeout: ``store_unavailable``."""
         redaction.install_log_boundary()
         engine = create_async_engine(
             url,
             hide_parameters=True,
             pool_size=pool_size,
             max_overflow=max_overflow,
+            pool_timeout=pool_timeout,
             pool_pre_ping=True,
             connect_args={
                 "command_timeout": 30,
                 "server_settings": {
                     "application_name": "kagent-memory-governed",
-                    "statement_timeout": "15000",
-                    "lock_timeout": "10000",
+                    "statement_timeout": str(statement_timeout_ms),
+                    "lock_timeout": str(lock_timeout_ms),
                     "idle_in_transaction_session_timeout": "60000",
                 },
             },
