@@ -1,0 +1,19 @@
+"""A CI-sized run of benchmarks/race.py: zero violations, and both sides of every race exercised."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+spec = importlib.util.spec_from_file_location("race", Path(__file__).parent.parent / "benchmarks" / "race.py")
+race = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(race)
+
+
+async def test_a_small_race_run_keeps_every_invariant(database_url: str, store):
+    result = await race.run(database_url, trials=60, seed=11)
+    assert result["violations"] == 0, result["violation_kinds"]
+    outcomes = result["outcomes"]
+    assert outcomes["writes"] > 0 and outcomes["reads"] > 0
+    assert outcomes.get("consent_disabled", 0) + outcomes.get("consent_stale", 0) > 0  # fenced work was refused
+    assert sum(outcomes.get(kind, 0) for kind in ("off", "forget_all", "offboard")) == 60
