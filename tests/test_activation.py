@@ -218,3 +218,29 @@ def test_a_runner_built_anywhere_in_kagent_gets_the_governed_service(runtime):
     runner = governed_runner_class(runtime)(app_name="helper", agent=agent, session_service=InMemorySessionService())
     assert runner.memory_service is runtime.service
     assert isinstance(runner.memory_service, GovernedMemoryService)
+
+
+async def test_semantic_erasure_and_offboarding_leave_conversations_alone(
+    runtime, controller: FakeController, store: Store, bridge
+):
+    """R30: off, forget-all and offboard touch governed memory only, never the agent's kagent sessions."""
+    app = build_app(
+        ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": "likes tea"})]), local=False
+    )
+
+    def control(purpose: str = "control") -> dict[str, str]:
+        return {"Authorization": f"Bearer {bridge.sign(time.time(), purpose)}"}
+
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+        consent = await http.post(
+            "/memory/v1/consent", json={"purpose": "a", "policy_version": "v1"}, headers=control()
+        )
+        scope = bridge.sign(time.time(), gen=consent.json()["generation"])
+        await A2AClient(http).send("remember this", context_id=new_context(), user=ALICE, scope=scope)
+        sessions_before = {sid: len(s["events"]) for sid, s in controller.sessions.items()}
+        for path in ("/memory/v1/forget-all", "/memory/v1/off"):
+            assert (await http.post(path, json={"confirm": True}, headers=control())).json()["verified"] is True
+        offboard = await http.post("/memory/v1/offboard", json={"confirm": True}, headers=control("offboard"))
+        assert offboard.json()["verified"] is True
+    assert sessions_before and {sid: len(s["events"]) for sid, s in controller.sessions.items()} == sessions_before
+    assert not [path for path in controller.paths if path.startswith("DELETE")]
