@@ -211,7 +211,8 @@ async def _lifecycle(http: httpx.AsyncClient, bridge: _DemoBridge, service: Any)
 
     _step("before consent: the agent tries to save; nothing is collected")
     print(await chat.send("Please remember that I take my coffee black.", generation=1))
-    print(f"status: enabled={(await status())['enabled']} entries={(await status())['entries']}")
+    before = await status()
+    print(f"status: enabled={before['enabled']} entries={before['entries']}")
 
     _step("explicit, versioned consent for this control room (POST /memory/v1/consent)")
     body = {"purpose": "personal-assistant", "policy_version": "2026-11"}
