@@ -12,6 +12,7 @@ in the subject's own inspect view.
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -38,8 +39,6 @@ SUBJECT = f"@demo:{HOMESERVER}"
 
 
 def _b64(raw: bytes) -> str:
-    import base64
-
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 

@@ -10,7 +10,7 @@ from opentelemetry import metrics
 
 from kagent_memory_governed.errors import Reason
 
-OPERATIONS = frozenset({"assertion", "prefetch", "load", "save", "autosave", "summarize", "embed", "search", "write"})
+OPERATIONS = frozenset({"assertion", "prefetch", "load", "save", "autosave", "summarize", "embed"})
 RESULTS = frozenset({"admitted", "refused", "failed", "ok"})
 
 _counter = metrics.get_meter("kagent_memory_governed").create_counter(
