@@ -7,8 +7,12 @@ Unset: one embedded PostgreSQL 18 + pgvector server per test session.
 
 from __future__ import annotations
 
+import atexit
 import itertools
 import os
+import shutil
+import tempfile
+from pathlib import Path
 
 # kagent-adk reads these when it builds an app; the runtime tests never reach a controller.
 os.environ.setdefault("KAGENT_URL", "http://controller.invalid")
@@ -29,9 +33,17 @@ from kagent_memory_governed.store import NewFact, Store
 _serial = itertools.count()
 
 
+def private_directory(prefix: str) -> Path:
+    """A directory outside pytest's temporary tree, which other pytest sessions of this user may clean up
+    while a server still runs in it; removed when this process exits."""
+    path = Path(tempfile.mkdtemp(prefix=f"kagent-memory-governed-{prefix}-"))
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
 @pytest.fixture(scope="session")
-def database_url(tmp_path_factory: pytest.TempPathFactory) -> str:
-    return os.environ.get("KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL") or start(tmp_path_factory.mktemp("pg"))
+def database_url() -> str:
+    return os.environ.get("KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL") or start(private_directory("pg") / "pg")
 
 
 @pytest.fixture(scope="session")

