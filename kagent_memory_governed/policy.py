@@ -30,7 +30,10 @@ CEILINGS: dict[str, tuple[int, str]] = {
     "autosave_every_user_turns": (5, "min"),
     "autosave_max_input_bytes": (16384, "max"),
     "autosave_max_facts": (10, "max"),
+    "ledger_retention_days": (400, "max"),
 }
+# The least a "max" key may be lowered to (1 unless listed): operation records must outlive any dispute window.
+MINIMUMS: dict[str, int] = {"ledger_retention_days": 30}
 
 
 class Policy(BaseModel):
@@ -49,13 +52,16 @@ class Policy(BaseModel):
     autosave_every_user_turns: int = CEILINGS["autosave_every_user_turns"][0]
     autosave_max_input_bytes: int = CEILINGS["autosave_max_input_bytes"][0]
     autosave_max_facts: int = CEILINGS["autosave_max_facts"][0]
+    ledger_retention_days: int = CEILINGS["ledger_retention_days"][0]
 
     @model_validator(mode="after")
     def _within_ceilings(self) -> Policy:
         for key, (ceiling, direction) in CEILINGS.items():
-            value = getattr(self, key)
+            value, minimum = getattr(self, key), MINIMUMS.get(key, 1)
             if value < 1:
                 raise ValueError(f"{key}: must be a positive integer")
+            if value < minimum:
+                raise ValueError(f"{key}: {value} is below its minimum {minimum}")
             if direction == "max" and value > ceiling:
                 raise ValueError(f"{key}: {value} is above its ceiling {ceiling}; a policy may only lower it")
             if direction == "min" and value < ceiling:

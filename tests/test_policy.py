@@ -8,6 +8,7 @@ import pytest
 
 from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
 from kagent_memory_governed.policy import CEILINGS, Policy, admit_embedding, admit_fact, expiry_seconds
+from kagent_memory_governed.settings import Settings
 
 
 def test_the_default_policy_is_the_ceilings() -> None:
@@ -31,6 +32,21 @@ def test_the_autosave_interval_is_a_floor() -> None:
     assert Policy.from_mapping({"autosave_every_user_turns": 10}).autosave_every_user_turns == 10
     with pytest.raises(PolicyError, match="^autosave_every_user_turns:"):
         Policy.from_mapping({"autosave_every_user_turns": 4})
+
+
+def test_ledger_retention_may_be_lowered_to_thirty_days_and_no_further() -> None:
+    assert Policy().ledger_retention_days == 400
+    assert Policy.from_mapping({"ledger_retention_days": 30}).ledger_retention_days == 30
+    for value in (29, 401, 0):
+        with pytest.raises(PolicyError, match="^ledger_retention_days:"):
+            Policy.from_mapping({"ledger_retention_days": value})
+
+
+def test_a_policy_file_with_too_short_a_ledger_retention_stops_start_up(tmp_path: Path) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text(json.dumps({"ledger_retention_days": 7}))
+    with pytest.raises(PolicyError, match="^ledger_retention_days: 7 is below its minimum 30$"):
+        Settings(policy=path).load_policy()
 
 
 @pytest.mark.parametrize("value", ["50", 50.0, True, None, [50], 0, -1])
