@@ -2,11 +2,12 @@
 
 Verification is a pure function of the token, the expected audience, the request's ``X-User-Id``, the
 trust settings and the application clock. It never consults the token's header for a key or an
-algorithm choice (no ``none``, no HMAC, no ``jku``/``jwk``/``x5u``), refuses duplicate JSON members,
-and answers with a reason code only:
+algorithm choice (no ``none``, no HMAC, no ``jku``/``jwk``/``x5u``), accepts only canonical base64url
+(one spelling per token), refuses duplicate JSON members, and answers with a reason code only:
 
 - ``no_assertion``            no token at all;
-- ``bad_assertion``           not a well-formed EdDSA JWS from our issuer, for our audience, in its lifetime;
+- ``bad_assertion``           not a well-formed EdDSA JWS from our issuer, for our audience, in its lifetime
+                              (``iat``, ``exp`` and, when present, ``nbf``);
 - ``principal_not_admitted``  a principal other than a native user of the configured homeserver (R4);
 - ``scope_mismatch``          ``sub`` is not exactly the request's ``X-User-Id``.
 """
@@ -16,6 +17,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -40,6 +42,7 @@ _PURPOSES = {
     "control": (_CONTROL_CLAIMS, "#control"),
     "offboard": (_OFFBOARD_CLAIMS, "#offboard"),
 }
+_BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def _bad() -> GovernedMemoryError:
@@ -77,12 +80,17 @@ class Assertion:
 
 
 def _b64(part: str) -> bytes:
-    if not part or "=" in part:
+    """The bytes of one JWS segment, written exactly as base64url without padding would write them: no
+    ``=``, no ``+``/``/``, no set bits past the last byte. Anything else is another spelling of a token."""
+    if _BASE64URL.fullmatch(part) is None:
         raise _bad()
     try:
-        return base64.b64decode(part + "=" * (-len(part) % 4), altchars=b"-_", validate=True)
+        raw = base64.urlsafe_b64decode(part + "=" * (-len(part) % 4))
     except (binascii.Error, ValueError):
         raise _bad() from None
+    if base64.urlsafe_b64encode(raw).rstrip(b"=").decode() != part:
+        raise _bad()
+    return raw
 
 
 def _unique_members(pairs: list[tuple[str, object]]) -> dict[str, object]:
@@ -146,6 +154,10 @@ def verify(token: object, trust: Trust, *, now: datetime, purpose: str = "scope"
         raise _bad()
     if issued > moment + LEEWAY_SECONDS or expires + LEEWAY_SECONDS <= moment:
         raise _bad()
+    if "nbf" in claims:  # optional; when present, the same leeway as iat, and before exp
+        not_before = _seconds(claims["nbf"])
+        if not_before > moment + LEEWAY_SECONDS or not_before >= expires:
+            raise _bad()
     jti = claims["jti"]
     if not isinstance(jti, str) or not 1 <= len(jti) <= 128 or not jti.isascii() or not jti.isprintable():
         raise _bad()

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import json
+import string
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -101,6 +103,9 @@ def test_a_kid_is_ignored_not_trusted(bridge: Bridge):
         {"scope": "space"},
         {"room": "#alias:example.org"},
         {"gen": 0},
+        {"nbf": int(T) + 31},  # not yet valid, beyond the leeway
+        {"nbf": float(T)},
+        {"nbf": int(T) + 120},  # never valid: not before its own expiry
         {"gen": "1"},
         {"gen": True},
         {"iat": int(T) - 400, "exp": int(T) + 10},  # lifetime over 300 s
@@ -121,6 +126,15 @@ def test_claims_that_do_not_match_are_bad_assertions(bridge: Bridge, changes: di
 @pytest.mark.parametrize("claim", ["iss", "aud", "sub", "origin", "room", "scope", "gen", "iat", "exp", "jti"])
 def test_every_claim_is_required(bridge: Bridge, claim: str):
     assert reason_for(bridge.sign(T, **{claim: ...}), bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_nbf_is_optional_and_enforced_with_the_same_leeway_as_iat(bridge: Bridge):
+    trust = bridge.trust()
+    for nbf in (int(T) - 60, int(T), int(T) + 30):  # past, now, and the edge of the leeway
+        assert verify(bridge.sign(T, nbf=nbf), trust, now=NOW, user_id=ALICE).generation == 1
+    assert reason_for(bridge.sign(T, nbf=int(T) + 31), trust) is Reason.BAD_ASSERTION
+    token = bridge.sign(T, "control", nbf=int(T) + 31)
+    assert reason_for(token, trust, purpose="control") is Reason.BAD_ASSERTION
 
 
 def test_the_leeway_is_thirty_seconds_each_way(bridge: Bridge):
@@ -178,3 +192,49 @@ def test_the_public_key_loads_from_pem_text_or_a_file(bridge: Bridge, tmp_path: 
     )
     with pytest.raises(ValueError):
         Trust.load_public_key(ec_pem.decode())
+
+
+def _signed(bridge: Bridge, payload: str) -> str:
+    """A token over exactly these payload characters, signed by the bridge itself."""
+    signing_input = f"{b64(json.dumps({'alg': 'EdDSA'}).encode())}.{payload}"
+    return f"{signing_input}.{b64(bridge.private_key.sign(signing_input.encode()))}"
+
+
+def _with_signature_char(bridge: Bridge, wanted: str) -> str:
+    """A valid scope token whose signature segment contains one of ``wanted`` (a fresh jti until it does)."""
+    while not set((token := bridge.sign(T)).rsplit(".", 1)[1]) & set(wanted):
+        pass
+    return token
+
+
+def test_a_padded_token_is_refused_even_when_its_signature_covers_the_padding(bridge: Bridge):
+    header, payload, signature = bridge.sign(T).split(".")
+    assert len(signature) % 4 == 2
+    assert reason_for(f"{header}.{payload}.{signature}==", bridge.trust()) is Reason.BAD_ASSERTION
+    claims = base64.urlsafe_b64encode(json.dumps(bridge.claims(T, jti="padded-x")).encode()).decode()
+    assert claims.endswith("=")
+    assert reason_for(_signed(bridge, claims), bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_the_standard_alphabet_is_another_spelling_and_refused(bridge: Bridge):
+    token = _with_signature_char(bridge, "-_")
+    assert verify(token, bridge.trust(), now=NOW, user_id=ALICE)
+    respelled = token.translate(str.maketrans("-_", "+/"))
+    head, _, signature = respelled.rpartition(".")
+    assert base64.b64decode(signature + "==") == base64.urlsafe_b64decode(token.rsplit(".", 1)[1] + "==")
+    assert reason_for(respelled, bridge.trust()) is Reason.BAD_ASSERTION
+    # and a payload the bridge itself wrote with '+' or '/' is refused although its signature is good
+    claims = base64.b64encode(json.dumps(bridge.claims(T, jti="~~~??")).encode()).decode().rstrip("=")
+    assert "+" in claims or "/" in claims  # three '~' in a row: one sits last in a 3-byte group, 0x7e -> '+'
+    assert reason_for(_signed(bridge, claims), bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_non_zero_trailing_bits_are_another_spelling_and_refused(bridge: Bridge):
+    token = bridge.sign(T)
+    head, _, signature = token.rpartition(".")
+    alphabet = string.ascii_uppercase + string.ascii_lowercase + string.digits + "-_"
+    last = alphabet.index(signature[-1])
+    assert last & 0b1111 == 0  # 64 bytes fill 86 characters with 4 bits to spare, all zero
+    respelled = f"{head}.{signature[:-1]}{alphabet[last | 0b0101]}"
+    assert base64.urlsafe_b64decode(respelled.rsplit(".", 1)[1] + "==") == base64.urlsafe_b64decode(signature + "==")
+    assert reason_for(respelled, bridge.trust()) is Reason.BAD_ASSERTION
