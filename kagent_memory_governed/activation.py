@@ -68,7 +68,9 @@ def _trust(settings: Settings) -> Trust:
     try:
         public_key = Trust.load_public_key(settings.bridge_public_key)
     except (OSError, ValueError, TypeError):
-        raise ConfigurationError("KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY: not an Ed25519 public key (PEM)") from None
+        raise ConfigurationError(
+            "KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY: not an Ed25519 public key (PEM) of prime order"
+        ) from None
     try:
         agent = AgentId.parse(f"{settings.kagent_namespace}/{settings.kagent_name}")
     except Exception:

@@ -27,6 +27,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from kagent_memory_governed.consent import admit_generation
+from kagent_memory_governed.ed25519 import is_prime_order_point
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey, ScopeKind
 
@@ -60,11 +61,15 @@ class Trust:
 
     @staticmethod
     def load_public_key(value: str) -> Ed25519PublicKey:
-        """An Ed25519 public key from PEM text or ``@/path/to/key.pem``; ``ValueError`` otherwise."""
+        """An Ed25519 public key from PEM text or ``@/path/to/key.pem``; ``ValueError`` for anything else,
+        and for a small-order, mixed-order, off-curve or non-canonically encoded point: with a small-order
+        key, a forged signature verifies for every message."""
         pem = Path(value[1:]).read_bytes() if value.startswith("@") else value.encode()
         key = load_pem_public_key(pem)
         if not isinstance(key, Ed25519PublicKey):
             raise ValueError("the bridge public key must be an Ed25519 key")
+        if not is_prime_order_point(key.public_bytes_raw()):
+            raise ValueError("the bridge public key must be a canonical Ed25519 point of prime order")
         return key
 
 

@@ -17,6 +17,8 @@ import pytest
 from agent import CARD, CONFIG, A2AClient, ScriptedModel, build_app, new_context, reply_text
 from bridge import HOMESERVER, pod_environment
 from controller import FakeController
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from google.adk.sessions import InMemorySessionService
 from kagent.adk import AgentConfig
 
@@ -153,6 +155,19 @@ def test_a_failed_activation_ends_the_process(tmp_path: Path, bridge, database_u
     result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
     assert result.returncode == 78
     assert result.stdout == "" and "activation failed" in result.stderr
+
+
+def test_a_small_order_bridge_key_stops_start_up_naming_the_setting_only(tmp_path: Path, bridge, database_url: str):
+    identity = Ed25519PublicKey.from_public_bytes(b"\x01" + bytes(31))  # with it, R = identity, S = 0 verifies
+    pem = identity.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
+    env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=pem)
+    result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
+    assert result.returncode == 78
+    assert result.stdout == ""
+    assert result.stderr == (
+        "kagent-memory-governed: activation failed: "
+        "KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY: not an Ed25519 public key (PEM) of prime order\n"
+    )
 
 
 def _free_port() -> int:

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 from bridge import HOMESERVER, Bridge, b64, compact
 from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from kagent_memory_governed.assertion import Trust, verify
@@ -238,3 +239,53 @@ def test_non_zero_trailing_bits_are_another_spelling_and_refused(bridge: Bridge)
     respelled = f"{head}.{signature[:-1]}{alphabet[last | 0b0101]}"
     assert base64.urlsafe_b64decode(respelled.rsplit(".", 1)[1] + "==") == base64.urlsafe_b64decode(signature + "==")
     assert reason_for(respelled, bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def _pem(raw: bytes) -> str:
+    key = Ed25519PublicKey.from_public_bytes(raw)
+    return key.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
+
+
+# The eight points of small order, as libsodium's ge25519_has_small_order lists them (both signs of x).
+SMALL_ORDER = [
+    "0000000000000000000000000000000000000000000000000000000000000000",  # order 4
+    "0000000000000000000000000000000000000000000000000000000000000080",  # order 4
+    "0100000000000000000000000000000000000000000000000000000000000000",  # the identity
+    "ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # order 2
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc05",  # order 8
+    "26e8958fc2b227b045c3f489f2ef98f0d5dfac05d3c63339b13802886d53fc85",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac037a",
+    "c7176a703d4dd84fba3c0b760d10670f2a2053fa2c39ccc64ec7fd7792ac03fa",
+]
+NON_CANONICAL = [
+    "0100000000000000000000000000000000000000000000000000000000000080",  # x = 0 with the sign bit set
+    "edffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y = p, i.e. 0
+    "eeffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f",  # y = p + 1, i.e. 1: the identity
+    "0200000000000000000000000000000000000000000000000000000000000000",  # y = 2: not on the curve
+]
+
+
+def test_the_identity_key_accepts_a_forged_signature_for_any_message():
+    """Why the bridge key is checked: the library verifies R = identity, S = 0 under the identity key."""
+    identity = Ed25519PublicKey.from_public_bytes(bytes.fromhex(SMALL_ORDER[2]))
+    identity.verify(bytes.fromhex(SMALL_ORDER[2]) + bytes(32), b'{"sub": "@mallory:example.org"}')
+
+
+@pytest.mark.parametrize("encoding", SMALL_ORDER + NON_CANONICAL)
+def test_small_order_and_non_canonical_bridge_keys_are_refused(encoding: str):
+    with pytest.raises(ValueError):
+        Trust.load_public_key(_pem(bytes.fromhex(encoding)))
+
+
+def test_a_key_with_a_small_order_component_is_refused(bridge: Bridge):
+    from kagent_memory_governed import ed25519
+
+    genuine = bridge.private_key.public_key().public_bytes_raw()
+    p = 2**255 - 19
+    x, y, z, _ = ed25519._add(ed25519._decode(genuine), ed25519._decode(bytes.fromhex(SMALL_ORDER[4])))
+    x, y = x * pow(z, -1, p) % p, y * pow(z, -1, p) % p  # the genuine key plus a point of order 8
+    encoding = (y | (x & 1) << 255).to_bytes(32, "little")
+    assert ed25519._decode(encoding) is not None  # on the curve, canonically encoded
+    with pytest.raises(ValueError):
+        Trust.load_public_key(_pem(encoding))
+    assert ed25519.is_prime_order_point(genuine)

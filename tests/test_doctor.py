@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from bridge import HOMESERVER, ISSUER, pod_environment
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from kagent_memory_governed import activation, doctor
@@ -69,6 +70,12 @@ async def test_without_a_database_url_the_embedded_default_is_reported_as_local_
             "not_ed25519_public_key",
         ),
         ("@/nonexistent/bridge.pem", "unreadable"),
+        (  # the identity: small order, so a forged signature would verify
+            Ed25519PublicKey.from_public_bytes(b"\x01" + bytes(31))
+            .public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+            .decode(),
+            "not_ed25519_public_key",
+        ),
     ],
 )
 async def test_a_bridge_key_that_is_not_a_readable_ed25519_key_fails(
