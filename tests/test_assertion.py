@@ -104,6 +104,8 @@ def test_a_kid_is_ignored_not_trusted(bridge: Bridge):
         {"scope": "space"},
         {"room": "#alias:example.org"},
         {"gen": 0},
+        {"gen": 2**63},  # past PostgreSQL's bigint: refused before any statement
+        {"gen": 2**70},
         {"nbf": int(T) + 31},  # not yet valid, beyond the leeway
         {"nbf": float(T)},
         {"nbf": int(T) + 120},  # never valid: not before its own expiry
@@ -127,6 +129,10 @@ def test_claims_that_do_not_match_are_bad_assertions(bridge: Bridge, changes: di
 @pytest.mark.parametrize("claim", ["iss", "aud", "sub", "origin", "room", "scope", "gen", "iat", "exp", "jti"])
 def test_every_claim_is_required(bridge: Bridge, claim: str):
     assert reason_for(bridge.sign(T, **{claim: ...}), bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_the_largest_bigint_generation_is_admitted(bridge: Bridge):
+    assert verify(bridge.sign(T, gen=2**63 - 1), bridge.trust(), now=NOW, user_id=ALICE).generation == 2**63 - 1
 
 
 def test_nbf_is_optional_and_enforced_with_the_same_leeway_as_iat(bridge: Bridge):

@@ -6,9 +6,10 @@ import time
 
 import httpx
 import pytest
-from agent import A2AClient, ScriptedModel, build_app, new_context
+from agent import A2AClient, ScriptedModel, build_app, new_context, reply_text
 from bridge import HOMESERVER
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from sqlalchemy import event
 
 from kagent_memory_governed import metering
 from kagent_memory_governed.errors import Reason
@@ -69,3 +70,33 @@ def test_an_unbounded_label_is_a_programming_error():
         metering.count("@alice:example.org", "ok")
     with pytest.raises(ValueError):
         metering.count("save", "sentinel text")
+
+
+async def test_a_generation_past_bigint_is_a_bad_assertion_that_reaches_no_statement(
+    metric_reader, runtime, store, bridge, embedder
+):
+    model = ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": "likes tea"})])
+    app = build_app(model)
+    statements: list[str] = []
+
+    def seen(conn, cursor, statement, parameters, context, executemany):
+        statements.append(statement)
+
+    engine = store._engine.sync_engine  # observation only: package code never reaches the engine
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+        before = counts(metric_reader)
+        event.listen(engine, "before_cursor_execute", seen)
+        try:
+            answer = await A2AClient(http).send(
+                "remember that I like tea",
+                context_id=new_context(),
+                user=ALICE,
+                scope=bridge.sign(time.time(), gen=2**70),
+            )
+        finally:
+            event.remove(engine, "before_cursor_execute", seen)
+        after = counts(metric_reader)
+    assert answer["result"]["status"]["state"] == "completed"  # the chat still runs, memory-free
+    assert "Memory unavailable" in reply_text(answer)
+    assert delta(before, after) == {("assertion", "refused", "bad_assertion"): 1}
+    assert statements == []
