@@ -1,13 +1,14 @@
 """The bridge's signed scope assertion: a compact JWS, Ed25519 (``EdDSA``) only.
 
 Verification is a pure function of the token, the expected audience, the request's ``X-User-Id``, the
-trust settings and the application clock. It never consults the token's header for a key or an
-algorithm choice (no ``none``, no HMAC, no ``jku``/``jwk``/``x5u``), accepts only canonical base64url
-(one spelling per token), refuses duplicate JSON members, and answers with a reason code only:
+trust settings, the operation it is presented for and the application clock. It never consults the
+token's header for a key or an algorithm choice (no ``none``, no HMAC, no ``jku``/``jwk``/``x5u``), accepts
+only canonical base64url (one spelling per token), refuses duplicate JSON members, and answers with a reason
+code only:
 
 - ``no_assertion``            no token at all;
-- ``bad_assertion``           not a well-formed EdDSA JWS from our issuer, for our audience, in its lifetime
-                              (``iat``, ``exp`` and, when present, ``nbf``);
+- ``bad_assertion``           not a well-formed EdDSA JWS from our issuer, for our audience and operation, in
+                              its lifetime (``iat``, ``exp`` and, when present, ``nbf``);
 - ``principal_not_admitted``  a principal other than a native user of the configured homeserver (R4);
 - ``scope_mismatch``          ``sub`` is not exactly the request's ``X-User-Id``.
 """
@@ -20,6 +21,7 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -40,10 +42,27 @@ _CONTROL_CLAIMS = _SCOPE_CLAIMS - {"gen"}
 _OFFBOARD_CLAIMS = _CONTROL_CLAIMS - {"room", "scope"}
 _PURPOSES = {
     "scope": (_SCOPE_CLAIMS, ""),
-    "control": (_CONTROL_CLAIMS, "#control"),
-    "offboard": (_OFFBOARD_CLAIMS, "#offboard"),
+    "control": (_CONTROL_CLAIMS | {"op"}, "#control"),
+    "offboard": (_OFFBOARD_CLAIMS | {"op"}, "#offboard"),
 }
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class Operation(StrEnum):
+    """The ``op`` claim of a control or offboarding token: the one call it was minted for."""
+
+    CONSENT = "consent"
+    STATUS = "status"
+    ENTRIES = "entries"
+    FORGET = "forget"
+    FORGET_ALL = "forget-all"
+    OFF = "off"
+    OFFBOARD = "offboard"
+
+    @property
+    def single_use(self) -> bool:
+        """Whether a token for this operation is accepted once only (``status`` and ``entries`` only read)."""
+        return self not in (Operation.STATUS, Operation.ENTRIES)
 
 
 def _bad() -> GovernedMemoryError:
@@ -75,11 +94,13 @@ class Trust:
 
 @dataclass(frozen=True, slots=True)
 class Assertion:
-    """A verified assertion. ``key`` is ``None`` for offboarding tokens, ``generation`` for control tokens."""
+    """A verified assertion. ``key`` is ``None`` for offboarding tokens, ``generation`` for control and
+    offboarding tokens, and ``op`` (the operation the token names) for scope headers."""
 
     principal: Principal
     key: ScopeKey | None
     generation: int | None
+    op: Operation | None
     jti: str
     expires_at: datetime
 
@@ -139,19 +160,37 @@ def _seconds(value: object) -> int:
     return value
 
 
-def verify(token: object, trust: Trust, *, now: datetime, purpose: str = "scope", user_id: object = None) -> Assertion:
+def verify(
+    token: object,
+    trust: Trust,
+    *,
+    now: datetime,
+    purpose: str = "scope",
+    user_id: object = None,
+    op: Operation | None = None,
+) -> Assertion:
     """Verify ``token`` at ``now`` for one purpose of this agent:
 
     - ``"scope"``: the per-request ``X-Memory-Scope``; ``aud`` is ``<namespace>/<name>``, ``gen`` is required
-      and ``sub`` must equal ``user_id`` (the request's ``X-User-Id``) exactly;
+      and ``sub`` must equal ``user_id`` (the request's ``X-User-Id``) exactly; an ``op`` claim is refused
+      (a control token is never a scope header);
     - ``"control"``: a control API token; ``aud`` is ``<namespace>/<name>#control``, no ``gen``;
     - ``"offboard"``: ``aud`` is ``<namespace>/<name>#offboard``; names a principal only (no room or scope).
+
+    A control or offboarding token is accepted for the operation ``op`` only: its ``op`` claim must equal it.
+    Whether it has been used before is the caller's question (``Operation.single_use``, ``Store.claim_once``).
     """
+    if (op is None) != (purpose == "scope"):
+        raise TypeError("verify: a control or offboard purpose needs its operation, a scope header none")
     claims = _signed_claims(token, trust.public_key)
     required, suffix = _PURPOSES[purpose]
     if not required <= set(claims):
         raise _bad()
     if claims["iss"] != trust.issuer or claims["aud"] != f"{trust.agent}{suffix}":
+        raise _bad()
+    if op is None and "op" in claims:  # a control token is never a scope header
+        raise _bad()
+    if op is not None and claims["op"] != op.value:
         raise _bad()
     issued, expires = _seconds(claims["iat"]), _seconds(claims["exp"])
     moment = now.timestamp()
@@ -183,4 +222,4 @@ def verify(token: object, trust: Trust, *, now: datetime, purpose: str = "scope"
             generation = admit_generation(claims["gen"]) if purpose == "scope" else None
         except GovernedMemoryError:
             raise _bad() from None
-    return Assertion(principal, key, generation, jti, datetime.fromtimestamp(expires, UTC))
+    return Assertion(principal, key, generation, op, jti, datetime.fromtimestamp(expires, UTC))

@@ -1,8 +1,9 @@
 """The control API the bridge calls, under ``/memory/v1`` on the agent's HTTP app (CONTRACT.md).
 
 The scope acted on comes from the bearer token's verified claims only; no path, query or body can
-name another. Authentication is checked before anything else is read. Destructive calls are accepted
-once per token id across replicas. Every error is ``{"error": <reason code>}`` and nothing else.
+name another. Authentication is checked before anything else is read. Each token names the one
+operation it was minted for (``op``); tokens that change something (consent and every erasure) are
+accepted once per token id across replicas. Every error is ``{"error": <reason code>}`` and nothing else.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.assertion import LEEWAY_SECONDS, Assertion, Trust, verify
+from kagent_memory_governed.assertion import LEEWAY_SECONDS, Assertion, Operation, Trust, verify
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.store import MAX_PAGE, Store
 
@@ -193,20 +194,24 @@ def router(store: Store, trust: Trust) -> APIRouter:
     errors = {code: {"model": ErrorAnswer} for code in (401, 403, 404, 409, 422, 429, 503)}
     api = APIRouter(prefix=PREFIX, tags=["governed memory"], route_class=_ReasonCodeRoute, responses=errors)
 
-    def authorized(purpose: str) -> Callable[..., Coroutine[Any, Any, Assertion]]:
+    def authorized(op: Operation) -> Callable[..., Coroutine[Any, Any, Assertion]]:
+        """The verified token for ``op``; a single-use token is spent here, before the call does anything."""
+        purpose = "offboard" if op is Operation.OFFBOARD else "control"
+
         async def dependency(credentials: HTTPAuthorizationCredentials | None = _CREDENTIALS) -> Assertion:
             token = credentials.credentials if credentials else None
-            return verify(token, trust, now=clock.now(), purpose=purpose)
+            assertion = verify(token, trust, now=clock.now(), purpose=purpose, op=op)
+            if op.single_use:
+                valid_until = assertion.expires_at + timedelta(seconds=LEEWAY_SECONDS)
+                await store.claim_once(assertion.jti, valid_until)
+            return assertion
 
         return dependency
 
-    control, offboarding = Depends(authorized("control")), Depends(authorized("offboard"))
-
-    async def claim(assertion: Assertion) -> None:
-        await store.claim_once(assertion.jti, assertion.expires_at + timedelta(seconds=LEEWAY_SECONDS))
+    token_for = {op: Depends(authorized(op)) for op in Operation}
 
     @api.post("/consent", response_model=ConsentAnswer, openapi_extra=_body_schema(ConsentBody))
-    async def consent(request: Request, assertion: Assertion = control) -> ConsentAnswer:
+    async def consent(request: Request, assertion: Assertion = token_for[Operation.CONSENT]) -> ConsentAnswer:
         """Explicit, versioned consent for the token's scope; advances the generation."""
         body = await _json_body(request)
         if set(body) != {"purpose", "policy_version"}:
@@ -220,7 +225,7 @@ def router(store: Store, trust: Trust) -> APIRouter:
         )
 
     @api.get("/status", response_model=StatusAnswer)
-    async def status(assertion: Assertion = control) -> StatusAnswer:
+    async def status(assertion: Assertion = token_for[Operation.STATUS]) -> StatusAnswer:
         """Consent, limits, live entry count and the last erasure of the token's scope."""
         found = await store.status(assertion.key)
         last = found.last_erasure
@@ -236,7 +241,7 @@ def router(store: Store, trust: Trust) -> APIRouter:
         )
 
     @api.get("/entries", response_model=EntriesAnswer)
-    async def entries(request: Request, assertion: Assertion = control) -> EntriesAnswer:
+    async def entries(request: Request, assertion: Assertion = token_for[Operation.ENTRIES]) -> EntriesAnswer:
         """One page (``limit`` at most 50) of the scope's live entries, oldest first."""
         limit, cursor = _page_query(request)
         page = await store.inspect(assertion.key, limit=limit, cursor=cursor)
@@ -255,37 +260,33 @@ def router(store: Store, trust: Trust) -> APIRouter:
         )
 
     @api.delete("/entries/{entry_id}", response_model=DeletedAnswer)
-    async def forget(entry_id: str, assertion: Assertion = control) -> DeletedAnswer:
+    async def forget(entry_id: str, assertion: Assertion = token_for[Operation.FORGET]) -> DeletedAnswer:
         """Erase exactly one entry of the token's scope and verify it unreadable."""
         try:
             parsed = uuid.UUID(entry_id)
         except ValueError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
-        await claim(assertion)
         erased = await store.forget(assertion.key, parsed)
         return DeletedAnswer(deleted=True, verified=True, generation=erased.generation)
 
     @api.post("/forget-all", response_model=ForgetAllAnswer, openapi_extra=_body_schema(ConfirmBody))
-    async def forget_all(request: Request, assertion: Assertion = control) -> ForgetAllAnswer:
+    async def forget_all(request: Request, assertion: Assertion = token_for[Operation.FORGET_ALL]) -> ForgetAllAnswer:
         """Erase every entry of the token's scope (confirmation required); consent stays as it was."""
         await _confirmed(request)
-        await claim(assertion)
         erased = await store.forget_all(assertion.key)
         return ForgetAllAnswer(erased=erased.erased, verified=True, generation=erased.generation)
 
     @api.post("/off", response_model=OffAnswer, openapi_extra=_body_schema(ConfirmBody))
-    async def off(request: Request, assertion: Assertion = control) -> OffAnswer:
+    async def off(request: Request, assertion: Assertion = token_for[Operation.OFF]) -> OffAnswer:
         """Disable collection first, then erase and verify (confirmation required)."""
         await _confirmed(request)
-        await claim(assertion)
         erased = await store.off(assertion.key)
         return OffAnswer(enabled=False, generation=erased.generation, erased=erased.erased, verified=True)
 
     @api.post("/offboard", response_model=OffboardAnswer, openapi_extra=_body_schema(ConfirmBody))
-    async def offboard(request: Request, assertion: Assertion = offboarding) -> OffboardAnswer:
+    async def offboard(request: Request, assertion: Assertion = token_for[Operation.OFFBOARD]) -> OffboardAnswer:
         """Disable, erase and verify every scope of the token's principal, on every agent (confirmation required)."""
         await _confirmed(request)
-        await claim(assertion)
         result = await store.offboard(assertion.principal)
         return OffboardAnswer(scopes=result.scopes, erased=result.erased, verified=True)
 

@@ -50,7 +50,7 @@ class _DemoBridge:
         self.room = room
         self.public_pem = self.key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
 
-    def sign(self, audience_suffix: str = "", generation: int | None = None) -> str:
+    def sign(self, audience_suffix: str = "", generation: int | None = None, op: str | None = None) -> str:
         now = int(time.time())
         claims: dict[str, Any] = {
             "iss": ISSUER,
@@ -65,11 +65,14 @@ class _DemoBridge:
         }
         if generation is not None:
             claims["gen"] = generation
+        if op is not None:  # a control token names its one operation
+            claims["op"] = op
         signing_input = f"{_b64(json.dumps({'alg': 'EdDSA'}).encode())}.{_b64(json.dumps(claims).encode())}"
         return f"{signing_input}.{_b64(self.key.sign(signing_input.encode()))}"
 
-    def control(self) -> dict[str, str]:
-        return {"Authorization": f"Bearer {self.sign('#control')}"}
+    def control(self, op: str) -> dict[str, str]:
+        """A fresh token for one control call: the bridge mints one per operation."""
+        return {"Authorization": f"Bearer {self.sign('#control', op=op)}"}
 
 
 def _demo_model() -> Any:
@@ -206,7 +209,7 @@ async def _lifecycle(http: httpx.AsyncClient, bridge: _DemoBridge, service: Any)
     chat = _Chat(http, bridge)
 
     async def status() -> dict:
-        return (await http.get("/memory/v1/status", headers=bridge.control())).json()
+        return (await http.get("/memory/v1/status", headers=bridge.control("status"))).json()
 
     _step("before consent: the agent tries to save; nothing is collected")
     print(await chat.send("Please remember that I take my coffee black.", generation=1))
@@ -215,7 +218,7 @@ async def _lifecycle(http: httpx.AsyncClient, bridge: _DemoBridge, service: Any)
 
     _step("explicit, versioned consent for this control room (POST /memory/v1/consent)")
     body = {"purpose": "personal-assistant", "policy_version": "2026-11"}
-    grant = (await http.post("/memory/v1/consent", json=body, headers=bridge.control())).json()
+    grant = (await http.post("/memory/v1/consent", json=body, headers=bridge.control("consent"))).json()
     print(grant)
     generation = grant["generation"]
 
@@ -227,12 +230,12 @@ async def _lifecycle(http: httpx.AsyncClient, bridge: _DemoBridge, service: Any)
     print(await chat.send("How do I take my coffee? Remind me of my coffee habits please.", generation=generation))
 
     _step("inspect (GET /memory/v1/entries): the subject's own view")
-    listed = (await http.get("/memory/v1/entries?limit=10", headers=bridge.control())).json()
+    listed = (await http.get("/memory/v1/entries?limit=10", headers=bridge.control("entries"))).json()
     for entry in listed["entries"]:
         print(f"{entry['id']}  {entry['source_scope']}  expires {entry['expires_at']}  {entry['text']!r}")
 
     _step("forget exactly that entry (DELETE /memory/v1/entries/{id}), verified")
-    forgot = await http.delete(f"/memory/v1/entries/{listed['entries'][0]['id']}", headers=bridge.control())
+    forgot = await http.delete(f"/memory/v1/entries/{listed['entries'][0]['id']}", headers=bridge.control("forget"))
     print(forgot.json())
     generation = forgot.json()["generation"]
     print(f"status: entries={(await status())['entries']}")
@@ -246,7 +249,7 @@ async def _lifecycle(http: httpx.AsyncClient, bridge: _DemoBridge, service: Any)
 
     _step("off: disable first, then erase and verify (POST /memory/v1/off)")
     print(await chat.send("Please remember that I cycle to work.", generation=generation))
-    off = (await http.post("/memory/v1/off", json={"confirm": True}, headers=bridge.control())).json()
+    off = (await http.post("/memory/v1/off", json={"confirm": True}, headers=bridge.control("off"))).json()
     print(off)
     print(await chat.send("Please remember that I cycle to work.", generation=generation))
     final = await status()

@@ -79,7 +79,7 @@ async def test_with_a_controller_no_request_reaches_api_memories(
         summary='["the user likes tea"]',
     )
     app = build_app(model, local=False)
-    grant_key = bridge.sign(time.time(), "control")
+    grant_key = bridge.sign(time.time(), "control", op="consent")
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
         consent = await http.post(
             "/memory/v1/consent",
@@ -208,7 +208,7 @@ def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database
         assert health is not None and health.status_code == 200
         status = httpx.get(f"{url}/memory/v1/status", timeout=5)
         assert (status.status_code, status.json()) == (401, {"error": "no_assertion"})
-        token = bridge.sign(time.time(), "control")
+        token = bridge.sign(time.time(), "control", op="status")
         status = httpx.get(f"{url}/memory/v1/status", headers={"Authorization": f"Bearer {token}"}, timeout=5)
         assert status.status_code == 200 and status.json()["enabled"] is False
     finally:
@@ -243,18 +243,20 @@ async def test_semantic_erasure_and_offboarding_leave_conversations_alone(
         ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": "likes tea"})]), local=False
     )
 
-    def control(purpose: str = "control") -> dict[str, str]:
-        return {"Authorization": f"Bearer {bridge.sign(time.time(), purpose)}"}
+    def control(op: str) -> dict[str, str]:
+        purpose = "offboard" if op == "offboard" else "control"
+        return {"Authorization": f"Bearer {bridge.sign(time.time(), purpose, op=op)}"}
 
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
         consent = await http.post(
-            "/memory/v1/consent", json={"purpose": "a", "policy_version": "v1"}, headers=control()
+            "/memory/v1/consent", json={"purpose": "a", "policy_version": "v1"}, headers=control("consent")
         )
         scope = bridge.sign(time.time(), gen=consent.json()["generation"])
         await A2AClient(http).send("remember this", context_id=new_context(), user=ALICE, scope=scope)
         sessions_before = {sid: len(s["events"]) for sid, s in controller.sessions.items()}
-        for path in ("/memory/v1/forget-all", "/memory/v1/off"):
-            assert (await http.post(path, json={"confirm": True}, headers=control())).json()["verified"] is True
+        for op in ("forget-all", "off"):
+            erased = await http.post(f"/memory/v1/{op}", json={"confirm": True}, headers=control(op))
+            assert erased.json()["verified"] is True
         offboard = await http.post("/memory/v1/offboard", json={"confirm": True}, headers=control("offboard"))
         assert offboard.json()["verified"] is True
     assert sessions_before and {sid: len(s["events"]) for sid, s in controller.sessions.items()} == sessions_before

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kagent_memory_governed.assertion import Trust, verify
+from kagent_memory_governed.assertion import Operation, Trust, verify
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
@@ -42,9 +42,12 @@ def test_a_valid_scope_assertion_yields_the_typed_key_and_generation(bridge: Bri
 
 
 def test_control_and_offboard_tokens_carry_no_generation(bridge: Bridge):
-    control = verify(bridge.sign(T, "control"), bridge.trust(), now=NOW, purpose="control")
+    token = bridge.sign(T, "control", op="status")
+    control = verify(token, bridge.trust(), now=NOW, purpose="control", op=Operation.STATUS)
     assert control.generation is None and control.key.room.room_id == f"!control:{HOMESERVER}"
-    offboard = verify(bridge.sign(T, "offboard"), bridge.trust(), now=NOW, purpose="offboard")
+    assert control.op is Operation.STATUS
+    token = bridge.sign(T, "offboard", op="offboard")
+    offboard = verify(token, bridge.trust(), now=NOW, purpose="offboard", op=Operation.OFFBOARD)
     assert offboard.key is None and offboard.principal.mxid == ALICE
 
 
@@ -106,6 +109,8 @@ def test_a_kid_is_ignored_not_trusted(bridge: Bridge):
         {"gen": 0},
         {"gen": 2**63},  # past PostgreSQL's bigint: refused before any statement
         {"gen": 2**70},
+        {"op": "status"},  # a control token's operation has no place in a scope header
+        {"op": None},
         {"nbf": int(T) + 31},  # not yet valid, beyond the leeway
         {"nbf": float(T)},
         {"nbf": int(T) + 120},  # never valid: not before its own expiry
@@ -140,8 +145,8 @@ def test_nbf_is_optional_and_enforced_with_the_same_leeway_as_iat(bridge: Bridge
     for nbf in (int(T) - 60, int(T), int(T) + 30):  # past, now, and the edge of the leeway
         assert verify(bridge.sign(T, nbf=nbf), trust, now=NOW, user_id=ALICE).generation == 1
     assert reason_for(bridge.sign(T, nbf=int(T) + 31), trust) is Reason.BAD_ASSERTION
-    token = bridge.sign(T, "control", nbf=int(T) + 31)
-    assert reason_for(token, trust, purpose="control") is Reason.BAD_ASSERTION
+    token = bridge.sign(T, "control", op="status", nbf=int(T) + 31)
+    assert reason_for(token, trust, purpose="control", op=Operation.STATUS) is Reason.BAD_ASSERTION
 
 
 def test_the_leeway_is_thirty_seconds_each_way(bridge: Bridge):
@@ -245,6 +250,29 @@ def test_non_zero_trailing_bits_are_another_spelling_and_refused(bridge: Bridge)
     respelled = f"{head}.{signature[:-1]}{alphabet[last | 0b0101]}"
     assert base64.urlsafe_b64decode(respelled.rsplit(".", 1)[1] + "==") == base64.urlsafe_b64decode(signature + "==")
     assert reason_for(respelled, bridge.trust()) is Reason.BAD_ASSERTION
+
+
+@pytest.mark.parametrize("presented_for", list(Operation))
+@pytest.mark.parametrize("minted_for", list(Operation))
+def test_a_control_token_is_valid_for_the_operation_it_names_only(
+    bridge: Bridge, minted_for: Operation, presented_for: Operation
+):
+    purpose = "offboard" if presented_for is Operation.OFFBOARD else "control"
+    token = bridge.sign(T, purpose, op=minted_for.value)
+    if minted_for is presented_for:
+        assert verify(token, bridge.trust(), now=NOW, purpose=purpose, op=presented_for).op is presented_for
+    else:
+        assert reason_for(token, bridge.trust(), purpose=purpose, op=presented_for) is Reason.BAD_ASSERTION
+
+
+def test_only_changes_are_single_use():
+    assert {op.value for op in Operation if op.single_use} == {"consent", "forget", "forget-all", "off", "offboard"}
+
+
+@pytest.mark.parametrize(("purpose", "op"), [("control", None), ("offboard", None), ("scope", Operation.STATUS)])
+def test_asking_for_a_purpose_without_its_operation_is_a_programming_error(bridge: Bridge, purpose, op):
+    with pytest.raises(TypeError):
+        verify(bridge.sign(T), bridge.trust(), now=NOW, purpose=purpose, op=op)
 
 
 def _pem(raw: bytes) -> str:

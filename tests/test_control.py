@@ -35,13 +35,17 @@ async def client(runtime, store: Store, bridge: Bridge) -> AsyncIterator[httpx.A
         yield http
 
 
-def auth(bridge: Bridge, purpose: str = "control", **claims) -> dict[str, str]:
-    return {"Authorization": f"Bearer {bridge.sign(time.time(), purpose, **claims)}"}
+def auth(bridge: Bridge, op: str, purpose: str | None = None, **claims) -> dict[str, str]:
+    """A fresh token for one operation (``op``), signed now; ``purpose`` defaults to the one ``op`` needs."""
+    purpose = purpose or ("offboard" if op == "offboard" else "control")
+    return {"Authorization": f"Bearer {bridge.sign(time.time(), purpose, op=op, **claims)}"}
 
 
 async def consent(client: httpx.AsyncClient, bridge: Bridge, **claims) -> int:
     answer = await client.post(
-        "/memory/v1/consent", json={"purpose": "assist", "policy_version": "v1"}, headers=auth(bridge, **claims)
+        "/memory/v1/consent",
+        json={"purpose": "assist", "policy_version": "v1"},
+        headers=auth(bridge, "consent", **claims),
     )
     assert answer.status_code == 200, answer.text
     return answer.json()["generation"]
@@ -56,12 +60,12 @@ async def remember(store: Store, bridge: Bridge, generation: int, *texts: str, *
 
 async def test_consent_status_inspect_forget_off_and_offboard(client, store: Store, bridge: Bridge):
     answer = await client.post(
-        "/memory/v1/consent", json={"purpose": "assist", "policy_version": "v1"}, headers=auth(bridge)
+        "/memory/v1/consent", json={"purpose": "assist", "policy_version": "v1"}, headers=auth(bridge, "consent")
     )
     assert answer.json() == {"enabled": True, "generation": 1, "max_expiry_seconds": 604800, "entry_cap": 100}
     ids = await remember(store, bridge, 1, "likes tea", "lives in Lisbon", "deploys on Fridays")
 
-    status = (await client.get("/memory/v1/status", headers=auth(bridge))).json()
+    status = (await client.get("/memory/v1/status", headers=auth(bridge, "status"))).json()
     assert status == {
         "enabled": True,
         "generation": 1,
@@ -73,9 +77,11 @@ async def test_consent_status_inspect_forget_off_and_offboard(client, store: Sto
         "last_erasure": None,
     }
 
-    page = (await client.get("/memory/v1/entries?limit=2", headers=auth(bridge))).json()
+    page = (await client.get("/memory/v1/entries?limit=2", headers=auth(bridge, "entries"))).json()
     assert len(page["entries"]) == 2 and page["next_cursor"]
-    rest = (await client.get(f"/memory/v1/entries?cursor={page['next_cursor']}", headers=auth(bridge))).json()
+    rest = (
+        await client.get(f"/memory/v1/entries?cursor={page['next_cursor']}", headers=auth(bridge, "entries"))
+    ).json()
     listed = page["entries"] + rest["entries"]
     assert rest["next_cursor"] is None
     assert {e["id"] for e in listed} == {str(i) for i in ids}
@@ -83,17 +89,17 @@ async def test_consent_status_inspect_forget_off_and_offboard(client, store: Sto
     assert set(first) == {"id", "text", "source_scope", "created_at", "expires_at"}
     assert first["source_scope"] == f"control-room:{ROOM}" and first["created_at"].endswith("Z")
 
-    deleted = await client.delete(f"/memory/v1/entries/{first['id']}", headers=auth(bridge))
+    deleted = await client.delete(f"/memory/v1/entries/{first['id']}", headers=auth(bridge, "forget"))
     assert deleted.json() == {"deleted": True, "verified": True, "generation": 2}
-    remaining = (await client.get("/memory/v1/entries", headers=auth(bridge))).json()["entries"]
+    remaining = (await client.get("/memory/v1/entries", headers=auth(bridge, "entries"))).json()["entries"]
     assert {e["id"] for e in remaining} == {e["id"] for e in listed[1:]}
 
-    forgot = await client.post("/memory/v1/forget-all", json={"confirm": True}, headers=auth(bridge))
+    forgot = await client.post("/memory/v1/forget-all", json={"confirm": True}, headers=auth(bridge, "forget-all"))
     assert forgot.json() == {"erased": 2, "verified": True, "generation": 3}
     await remember(store, bridge, 3, "a new fact")
-    off = await client.post("/memory/v1/off", json={"confirm": True}, headers=auth(bridge))
+    off = await client.post("/memory/v1/off", json={"confirm": True}, headers=auth(bridge, "off"))
     assert off.json() == {"enabled": False, "generation": 4, "erased": 1, "verified": True}
-    status = (await client.get("/memory/v1/status", headers=auth(bridge))).json()
+    status = (await client.get("/memory/v1/status", headers=auth(bridge, "status"))).json()
     assert status["enabled"] is False and status["last_erasure"]["result"] == "verified"
 
     await consent(client, bridge, room="!other:example.org")
@@ -128,12 +134,12 @@ async def test_missing_or_malformed_tokens_are_401(client, headers: dict, code: 
 async def test_tokens_for_another_purpose_agent_time_or_principal_are_refused(
     client, bridge: Bridge, purpose: str, claims: dict, status: int, code: str
 ):
-    answer = await client.get("/memory/v1/status", headers=auth(bridge, purpose, **claims))
+    answer = await client.get("/memory/v1/status", headers=auth(bridge, "status", purpose, **claims))
     assert (answer.status_code, answer.json()) == (status, {"error": code})
 
 
 async def test_another_key_cannot_sign(client):
-    answer = await client.get("/memory/v1/status", headers=auth(Bridge()))
+    answer = await client.get("/memory/v1/status", headers=auth(Bridge(), "status"))
     assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
 
 
@@ -141,17 +147,17 @@ async def test_another_subjects_entry_is_not_found_and_survives(client, store: S
     generation = await consent(client, bridge, sub=BOB)
     [bobs] = await remember(store, bridge, generation, "bob's secret", sub=BOB)
     await consent(client, bridge)
-    answer = await client.delete(f"/memory/v1/entries/{bobs}", headers=auth(bridge))
+    answer = await client.delete(f"/memory/v1/entries/{bobs}", headers=auth(bridge, "forget"))
     assert (answer.status_code, answer.json()) == (404, {"error": "not_found"})
-    bob_view = (await client.get("/memory/v1/entries", headers=auth(bridge, sub=BOB))).json()
+    bob_view = (await client.get("/memory/v1/entries", headers=auth(bridge, "entries", sub=BOB))).json()
     assert [e["id"] for e in bob_view["entries"]] == [str(bobs)]
-    alice_view = (await client.get("/memory/v1/entries", headers=auth(bridge))).json()
+    alice_view = (await client.get("/memory/v1/entries", headers=auth(bridge, "entries"))).json()
     assert alice_view["entries"] == []
 
 
 async def test_a_destructive_token_is_accepted_once(client, store: Store, bridge: Bridge):
     await consent(client, bridge)
-    headers = auth(bridge)
+    headers = auth(bridge, "forget-all")
     first = await client.post("/memory/v1/forget-all", json={"confirm": True}, headers=headers)
     again = await client.post("/memory/v1/forget-all", json={"confirm": True}, headers=headers)
     assert first.status_code == 200
@@ -163,9 +169,9 @@ async def test_a_destructive_token_is_accepted_once(client, store: Store, bridge
 async def test_missing_confirmation_is_422_and_nothing_changes(client, store: Store, bridge: Bridge, path, body):
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "keep me")
-    answer = await client.post(path, json=body, headers=auth(bridge))
+    answer = await client.post(path, json=body, headers=auth(bridge, path.rsplit("/", 1)[1]))
     assert (answer.status_code, answer.json()) == (422, {"error": "confirmation_required"})
-    status = (await client.get("/memory/v1/status", headers=auth(bridge))).json()
+    status = (await client.get("/memory/v1/status", headers=auth(bridge, "status"))).json()
     assert (status["enabled"], status["entries"], status["generation"]) == (True, 1, generation)
 
 
@@ -180,15 +186,17 @@ async def test_offboard_requires_confirmation(client, bridge: Bridge):
 )
 async def test_bad_page_queries_are_422(client, bridge: Bridge, query: str):
     await consent(client, bridge)
-    answer = await client.get(f"/memory/v1/entries?{query}", headers=auth(bridge))
+    answer = await client.get(f"/memory/v1/entries?{query}", headers=auth(bridge, "entries"))
     assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
 
 
 async def test_a_cursor_from_another_scope_is_refused(client, store: Store, bridge: Bridge):
     generation = await consent(client, bridge, sub=BOB)
     await remember(store, bridge, generation, "one", "two", sub=BOB)
-    cursor = (await client.get("/memory/v1/entries?limit=1", headers=auth(bridge, sub=BOB))).json()["next_cursor"]
-    answer = await client.get(f"/memory/v1/entries?cursor={cursor}", headers=auth(bridge))
+    cursor = (await client.get("/memory/v1/entries?limit=1", headers=auth(bridge, "entries", sub=BOB))).json()[
+        "next_cursor"
+    ]
+    answer = await client.get(f"/memory/v1/entries?cursor={cursor}", headers=auth(bridge, "entries"))
     assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
 
 
@@ -197,7 +205,7 @@ async def test_a_cursor_from_another_scope_is_refused(client, store: Store, brid
     [b"not json", b"[]", b'{"purpose": "assist"}', b'{"purpose": "a b", "policy_version": "v1"}', b"{" * 600],
 )
 async def test_bad_consent_bodies_are_422(client, bridge: Bridge, body: bytes):
-    answer = await client.post("/memory/v1/consent", content=body, headers=auth(bridge))
+    answer = await client.post("/memory/v1/consent", content=body, headers=auth(bridge, "consent"))
     assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
 
 
@@ -205,13 +213,13 @@ async def test_entries_hide_what_has_expired(client, store: Store, bridge: Bridg
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "soon gone")
     with freeze_time(clock.now() + timedelta(days=7), real_asyncio=True):
-        token = auth(bridge)  # signed at the frozen now
+        token = auth(bridge, "entries")  # signed at the frozen now
         listed = (await client.get("/memory/v1/entries", headers=token)).json()
         assert listed == {"entries": [], "next_cursor": None}
 
 
 async def test_a_malformed_entry_id_is_422(client, bridge: Bridge):
-    answer = await client.delete("/memory/v1/entries/not-a-uuid", headers=auth(bridge))
+    answer = await client.delete("/memory/v1/entries/not-a-uuid", headers=auth(bridge, "forget"))
     assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
 
 
@@ -253,7 +261,7 @@ async def test_saves_racing_an_off_call_never_land_afterwards(client, store: Sto
             pass
 
     async def off() -> httpx.Response:
-        return await client.post("/memory/v1/off", json={"confirm": True}, headers=auth(bridge))
+        return await client.post("/memory/v1/off", json={"confirm": True}, headers=auth(bridge, "off"))
 
     results = await asyncio.gather(*(save(n) for n in range(10)), off(), *(save(n) for n in range(10, 20)))
     assert results[10].json()["verified"] is True
@@ -272,3 +280,99 @@ async def test_offboard_covers_every_agent_sharing_the_database(client, store: S
     answer = await client.post("/memory/v1/offboard", json={"confirm": True}, headers=auth(bridge, "offboard"))
     assert answer.json() == {"scopes": 2, "erased": 1, "verified": True}
     assert (await store.status(other_agent)).enabled is False
+
+
+# -- each token names one operation; changes are accepted once -----------------------------------
+
+OPERATIONS = ["consent", "status", "entries", "forget", "forget-all", "off", "offboard"]
+SINGLE_USE = ["consent", "forget", "forget-all", "off", "offboard"]
+CALLS = {
+    "consent": ("POST", "/memory/v1/consent", {"purpose": "assist", "policy_version": "v1"}),
+    "status": ("GET", "/memory/v1/status", None),
+    "entries": ("GET", "/memory/v1/entries", None),
+    "forget": ("DELETE", "/memory/v1/entries/{id}", None),
+    "forget-all": ("POST", "/memory/v1/forget-all", {"confirm": True}),
+    "off": ("POST", "/memory/v1/off", {"confirm": True}),
+    "offboard": ("POST", "/memory/v1/offboard", {"confirm": True}),
+}
+
+
+async def call(client: httpx.AsyncClient, operation: str, headers: dict[str, str], entry: object = None):
+    method, path, body = CALLS[operation]
+    return await client.request(method, path.replace("{id}", str(entry)), json=body, headers=headers)
+
+
+async def state(client: httpx.AsyncClient, bridge: Bridge) -> tuple[bool, int, int]:
+    status = (await client.get("/memory/v1/status", headers=auth(bridge, "status"))).json()
+    return status["enabled"], status["generation"], status["entries"]
+
+
+async def test_a_consent_token_replayed_after_off_is_refused_and_memory_stays_off(client, bridge: Bridge):
+    token = auth(bridge, "consent")
+    body = {"purpose": "assist", "policy_version": "v1"}
+    assert (await client.post("/memory/v1/consent", json=body, headers=token)).status_code == 200
+    off = await client.post("/memory/v1/off", json={"confirm": True}, headers=auth(bridge, "off"))
+    assert off.status_code == 200
+    replayed = await client.post("/memory/v1/consent", json=body, headers=token)
+    assert (replayed.status_code, replayed.json()) == (401, {"error": "assertion_replayed"})
+    assert await state(client, bridge) == (False, off.json()["generation"], 0)
+
+
+async def test_a_status_token_cannot_grant_consent(client, bridge: Bridge):
+    body = {"purpose": "assist", "policy_version": "v1"}
+    answer = await client.post("/memory/v1/consent", json=body, headers=auth(bridge, "status"))
+    assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
+    assert await state(client, bridge) == (False, 0, 0)
+
+
+@pytest.mark.parametrize("used_on", OPERATIONS)
+@pytest.mark.parametrize("minted_for", OPERATIONS)
+async def test_a_token_is_accepted_for_the_operation_it_names_only(
+    client, store: Store, bridge: Bridge, minted_for: str, used_on: str
+):
+    generation = await consent(client, bridge)
+    [entry] = await remember(store, bridge, generation, "likes tea")
+    before = await state(client, bridge)
+    # the audience (and so the token's shape) is right for the route; only `op` may differ
+    purpose = "offboard" if used_on == "offboard" else "control"
+    answer = await call(client, used_on, auth(bridge, minted_for, purpose), entry)
+    if minted_for == used_on:
+        assert answer.status_code == 200, answer.text
+    else:
+        assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
+        assert await state(client, bridge) == before
+
+
+@pytest.mark.parametrize("claims", [{"op": ...}, {"op": "STATUS"}, {"op": ["status"]}, {"op": None}, {"op": ""}])
+async def test_a_control_token_without_its_operation_is_refused(client, bridge: Bridge, claims: dict):
+    token = bridge.sign(time.time(), "control", **claims)
+    answer = await client.get("/memory/v1/status", headers={"Authorization": f"Bearer {token}"})
+    assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
+
+
+@pytest.mark.parametrize("operation", SINGLE_USE)
+async def test_a_token_that_changes_something_is_accepted_once(client, store: Store, bridge: Bridge, operation: str):
+    generation = await consent(client, bridge)
+    [entry] = await remember(store, bridge, generation, "likes tea")
+    token = auth(bridge, operation)
+    assert (await call(client, operation, token, entry)).status_code == 200
+    again = await call(client, operation, token, entry)
+    assert (again.status_code, again.json()) == (401, {"error": "assertion_replayed"})
+
+
+@pytest.mark.parametrize("operation", ["status", "entries"])
+async def test_a_reading_token_may_be_reused_within_its_lifetime(client, bridge: Bridge, operation: str):
+    await consent(client, bridge)
+    token = auth(bridge, operation)
+    answers = [await call(client, operation, token) for _ in range(3)]
+    assert [answer.status_code for answer in answers] == [200, 200, 200]
+
+
+async def test_a_token_refused_for_its_body_is_still_spent(client, bridge: Bridge):
+    await consent(client, bridge)
+    token = auth(bridge, "off")
+    unconfirmed = await client.post("/memory/v1/off", json={}, headers=token)
+    assert (unconfirmed.status_code, unconfirmed.json()) == (422, {"error": "confirmation_required"})
+    again = await client.post("/memory/v1/off", json={"confirm": True}, headers=token)
+    assert (again.status_code, again.json()) == (401, {"error": "assertion_replayed"})
+    assert (await state(client, bridge))[0] is True

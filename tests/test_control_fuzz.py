@@ -36,6 +36,15 @@ ANSWERS = {
     ("POST", "/memory/v1/offboard"): {"scopes", "erased", "verified"},
 }
 ROUTES = list(ANSWERS)
+OPERATIONS = {
+    ("POST", "/memory/v1/consent"): "consent",
+    ("GET", "/memory/v1/status"): "status",
+    ("GET", "/memory/v1/entries"): "entries",
+    ("DELETE", "/memory/v1/entries/{id}"): "forget",
+    ("POST", "/memory/v1/forget-all"): "forget-all",
+    ("POST", "/memory/v1/off"): "off",
+    ("POST", "/memory/v1/offboard"): "offboard",
+}
 
 junk = st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1")))
 json_values = st.recursive(
@@ -53,6 +62,8 @@ claims = st.fixed_dictionaries(
         "aud": junk,
         "jti": junk | st.integers(),
         "iat": st.integers(min_value=-(2**40), max_value=2**40),
+        "nbf": st.integers(min_value=-(2**40), max_value=2**70) | junk,
+        "op": st.sampled_from(sorted(set(OPERATIONS.values()))) | junk | st.integers() | st.none(),
     },
 )
 
@@ -109,7 +120,7 @@ async def test_signed_tokens_with_hostile_claims_and_bodies_get_contract_answers
 ):
     method, path = route
     purpose = "offboard" if path.endswith("offboard") else "control"
-    token = bridge.sign(time.time(), purpose, **changes)
+    token = bridge.sign(time.time(), purpose, **{"op": OPERATIONS[route], **changes})  # the right op unless drawn
     params = {k: v for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
     path = path.replace("{id}", "00000000-0000-0000-0000-000000000000")
     try:

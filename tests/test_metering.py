@@ -45,7 +45,7 @@ async def test_memory_work_is_counted_by_operation_result_and_reason(metric_read
         agent = A2AClient(http)
         before = counts(metric_reader)
         await agent.send("hello there", context_id=new_context(), user=ALICE, scope=None)
-        key_token = bridge.sign(time.time(), "control")
+        key_token = bridge.sign(time.time(), "control", op="consent")
         grant = await http.post(
             "/memory/v1/consent",
             json={"purpose": "assist", "policy_version": "v1"},
