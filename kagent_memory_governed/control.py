@@ -1,9 +1,11 @@
 """The control API the bridge calls, under ``/memory/v1`` on the agent's HTTP app (CONTRACT.md).
 
 The scope acted on comes from the bearer token's verified claims only; no path, query or body can
-name another. Authentication is checked before anything else is read. Each token names the one
-operation it was minted for (``op``); tokens that change something (consent and every erasure) are
-accepted once per token id across replicas. Every error is ``{"error": <reason code>}`` and nothing else.
+name another. Each token names the one operation it was minted for (``op``); tokens that change
+something (consent and every erasure) are accepted once per token id across replicas. A body is read no
+further than ``MAX_BODY_BYTES``, before authentication, and nothing else is read before authentication.
+Every error under ``/memory/v1`` is ``{"error": <reason code>}`` and nothing else, unknown routes and
+wrong methods included.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel
+from starlette.routing import Match
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.assertion import LEEWAY_SECONDS, Assertion, Operation, Trust, verify
@@ -35,12 +38,14 @@ STATUS_CODES: dict[Reason, int] = {
     Reason.PRINCIPAL_NOT_ADMITTED: 403,
     Reason.SCOPE_MISMATCH: 403,
     Reason.NOT_FOUND: 404,
+    Reason.METHOD_NOT_ALLOWED: 405,
     Reason.CONSENT_MISSING: 409,
     Reason.CONSENT_DISABLED: 409,
     Reason.CONSENT_STALE: 409,
     Reason.CONSENT_EXPIRED: 409,
     Reason.ERASURE_PENDING: 409,
     Reason.ENTRY_CAP_REACHED: 409,
+    Reason.BODY_TOO_LARGE: 413,
     Reason.BAD_INPUT: 422,
     Reason.CONFIRMATION_REQUIRED: 422,
     Reason.FACT_TOO_LARGE: 422,
@@ -49,23 +54,51 @@ STATUS_CODES: dict[Reason, int] = {
 }  # everything else (store_unavailable, erasure_failed, schema_outdated, ...) is 503
 
 
-def error_response(reason: Reason) -> JSONResponse:
-    return JSONResponse({"error": reason.value}, status_code=STATUS_CODES.get(reason, 503))
+def error_response(reason: Reason, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"error": reason.value}, status_code=STATUS_CODES.get(reason, 503), headers=headers)
 
 
 def rfc3339(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
+class _MethodNotAllowed(GovernedMemoryError):
+    """A known call under another method: 405 ``method_not_allowed``, with the methods it takes as ``Allow``."""
+
+    def __init__(self, allowed: set[str]) -> None:
+        super().__init__(Reason.METHOD_NOT_ALLOWED)
+        self.allowed = allowed
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, read no further than ``MAX_BODY_BYTES``: a larger one is ``body_too_large`` and is never
+    held, whether it declares its length or streams."""
+    declared = request.headers.get("content-length")
+    if declared is not None and (not declared.isascii() or not declared.isdigit()):
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    if declared is not None and int(declared) > MAX_BODY_BYTES:
+        raise GovernedMemoryError(Reason.BODY_TOO_LARGE)
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > MAX_BODY_BYTES:
+            raise GovernedMemoryError(Reason.BODY_TOO_LARGE)
+    return bytes(body)
+
+
 class _ReasonCodeRoute(APIRoute):
-    """Turns every refusal into ``{"error": code}``; an unexpected failure becomes ``internal_error``."""
+    """Reads the body within its limit first, then runs the route; turns every refusal into
+    ``{"error": code}``; an unexpected failure becomes ``internal_error``."""
 
     def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
         handler = super().get_route_handler()
 
         async def guarded(request: Request) -> Response:
             try:
+                request.state.governed_memory_body = await _read_body(request)
                 return await handler(request)
+            except _MethodNotAllowed as refused:
+                return error_response(refused.reason, {"Allow": ", ".join(sorted(refused.allowed))})
             except GovernedMemoryError as refused:
                 return error_response(refused.reason)
             except Exception:  # never a traceback or exception text to the caller
@@ -154,12 +187,23 @@ def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
     return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
 
 
-async def _json_body(request: Request) -> dict[str, Any]:
-    raw = await request.body()
-    if len(raw) > MAX_BODY_BYTES:
+def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):  # {"confirm": false, "confirm": true} must not mean whichever came last
         raise GovernedMemoryError(Reason.BAD_INPUT)
+    return members
+
+
+def _no_constant(name: str) -> Any:
+    raise GovernedMemoryError(Reason.BAD_INPUT)  # NaN, Infinity: not JSON
+
+
+def _json_body(request: Request) -> dict[str, Any]:
+    """The body (already read within its limit) as one JSON object with unique members, else ``bad_input``."""
     try:
-        body = json.loads(raw)
+        body = json.loads(
+            request.state.governed_memory_body, object_pairs_hook=_unique_members, parse_constant=_no_constant
+        )
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise GovernedMemoryError(Reason.BAD_INPUT) from None
     if not isinstance(body, dict):
@@ -167,9 +211,9 @@ async def _json_body(request: Request) -> dict[str, Any]:
     return body
 
 
-async def _confirmed(request: Request) -> None:
+def _confirmed(request: Request) -> None:
     """``{"confirm": true}`` exactly; a readable body without it is ``confirmation_required``."""
-    body = await _json_body(request)
+    body = _json_body(request)
     if set(body) - {"confirm"}:
         raise GovernedMemoryError(Reason.BAD_INPUT)
     if body.get("confirm") is not True:
@@ -186,12 +230,13 @@ def _page_query(request: Request) -> tuple[int, str | None]:
     return int(raw_limit), params.get("cursor")
 
 
+_EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
 _CREDENTIALS = Depends(HTTPBearer(auto_error=False, description="A JWS signed by the bridge (CONTRACT.md)"))
 
 
 def router(store: Store, trust: Trust) -> APIRouter:
     """The ``/memory/v1`` routes over ``store``, trusting tokens signed with ``trust``'s key."""
-    errors = {code: {"model": ErrorAnswer} for code in (401, 403, 404, 409, 422, 429, 503)}
+    errors = {code: {"model": ErrorAnswer} for code in (401, 403, 404, 409, 413, 422, 429, 503)}
     api = APIRouter(prefix=PREFIX, tags=["governed memory"], route_class=_ReasonCodeRoute, responses=errors)
 
     def authorized(op: Operation) -> Callable[..., Coroutine[Any, Any, Assertion]]:
@@ -213,7 +258,7 @@ def router(store: Store, trust: Trust) -> APIRouter:
     @api.post("/consent", response_model=ConsentAnswer, openapi_extra=_body_schema(ConsentBody))
     async def consent(request: Request, assertion: Assertion = token_for[Operation.CONSENT]) -> ConsentAnswer:
         """Explicit, versioned consent for the token's scope; advances the generation."""
-        body = await _json_body(request)
+        body = _json_body(request)
         if set(body) != {"purpose", "policy_version"}:
             raise GovernedMemoryError(Reason.BAD_INPUT)
         grant = await store.grant(assertion.key, purpose=body["purpose"], policy_version=body["policy_version"])
@@ -272,23 +317,32 @@ def router(store: Store, trust: Trust) -> APIRouter:
     @api.post("/forget-all", response_model=ForgetAllAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def forget_all(request: Request, assertion: Assertion = token_for[Operation.FORGET_ALL]) -> ForgetAllAnswer:
         """Erase every entry of the token's scope (confirmation required); consent stays as it was."""
-        await _confirmed(request)
+        _confirmed(request)
         erased = await store.forget_all(assertion.key)
         return ForgetAllAnswer(erased=erased.erased, verified=True, generation=erased.generation)
 
     @api.post("/off", response_model=OffAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def off(request: Request, assertion: Assertion = token_for[Operation.OFF]) -> OffAnswer:
         """Disable collection first, then erase and verify (confirmation required)."""
-        await _confirmed(request)
+        _confirmed(request)
         erased = await store.off(assertion.key)
         return OffAnswer(enabled=False, generation=erased.generation, erased=erased.erased, verified=True)
 
     @api.post("/offboard", response_model=OffboardAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def offboard(request: Request, assertion: Assertion = token_for[Operation.OFFBOARD]) -> OffboardAnswer:
         """Disable, erase and verify every scope of the token's principal, on every agent (confirmation required)."""
-        await _confirmed(request)
+        _confirmed(request)
         result = await store.offboard(assertion.principal)
         return OffboardAnswer(scopes=result.scopes, erased=result.erased, verified=True)
+
+    known = list(api.routes)
+
+    # Last, so every call above wins: the rest of /memory/v1 answers a reason code, never the app's own 404/405.
+    @api.api_route("", methods=_EVERY_METHOD, include_in_schema=False)
+    @api.api_route("/{rest:path}", methods=_EVERY_METHOD, include_in_schema=False)
+    async def elsewhere(request: Request) -> Response:
+        allowed = {m for r in known if r.matches(request.scope)[0] is not Match.NONE for m in r.methods or ()}
+        raise _MethodNotAllowed(allowed) if allowed else GovernedMemoryError(Reason.NOT_FOUND)
 
     return api
 

@@ -40,6 +40,8 @@ class Reason(StrEnum):
     EMBEDDING_FAILED = "embedding_failed"
     CONFIRMATION_REQUIRED = "confirmation_required"
     BAD_INPUT = "bad_input"
+    BODY_TOO_LARGE = "body_too_large"
+    METHOD_NOT_ALLOWED = "method_not_allowed"
     SCHEMA_OUTDATED = "schema_outdated"
     UNSUPPORTED_DATABASE = "unsupported_database"
 

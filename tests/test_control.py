@@ -376,3 +376,118 @@ async def test_a_token_refused_for_its_body_is_still_spent(client, bridge: Bridg
     again = await client.post("/memory/v1/off", json={"confirm": True}, headers=token)
     assert (again.status_code, again.json()) == (401, {"error": "assertion_replayed"})
     assert (await state(client, bridge))[0] is True
+
+
+# -- bodies: bounded while read, one meaning per body ---------------------------------------------
+
+
+def _peak_rss_reset() -> bool:
+    """Reset this process's peak RSS (VmHWM) to its current RSS, where Linux allows it."""
+    try:
+        with open("/proc/self/clear_refs", "w") as clear_refs:
+            clear_refs.write("5")
+    except OSError:
+        return False
+    return True
+
+
+def _rss_kib(field: str) -> int:
+    with open("/proc/self/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith(f"{field}:"))
+
+
+@pytest.mark.parametrize("with_token", [True, False])
+async def test_a_100_mb_body_is_refused_while_it_streams_and_memory_stays_flat(client, bridge: Bridge, with_token):
+    chunk, total, sent = b"x" * 65536, 100 * 2**20, 0
+
+    async def hundred_megabytes() -> AsyncIterator[bytes]:
+        nonlocal sent
+        while sent < total:
+            sent += len(chunk)
+            yield chunk
+
+    headers = auth(bridge, "consent") if with_token else {}
+    field = "VmHWM" if _peak_rss_reset() else "VmRSS"
+    before = _rss_kib(field)
+    answer = await client.post("/memory/v1/consent", content=hundred_megabytes(), headers=headers)
+    growth = _rss_kib(field) - before
+    assert (answer.status_code, answer.json()) == (413, {"error": "body_too_large"})
+    assert sent <= 2 * len(chunk)  # the reader stopped at the limit; the rest was never pulled
+    assert growth < 4 * 1024, f"{field} grew by {growth} KiB"
+
+
+@pytest.mark.parametrize("streamed", [False, True])
+@pytest.mark.parametrize("with_token", [True, False])
+@pytest.mark.parametrize("operation", [*OPERATIONS, "unknown"])
+async def test_a_body_over_one_kib_is_413_on_every_route(
+    client, bridge: Bridge, operation: str, with_token: bool, streamed: bool
+):
+    method, path, _ = CALLS.get(operation, ("POST", "/memory/v1/unknown", None))
+    raw = b'{"confirm": true, "padding": "' + b"x" * 1000 + b'"}'
+    assert len(raw) > control.MAX_BODY_BYTES
+
+    async def stream() -> AsyncIterator[bytes]:
+        yield raw
+
+    token = auth(bridge, operation) if with_token and operation != "unknown" else {}
+    answer = await client.request(
+        method, path.replace("{id}", str(uuid.uuid4())), content=stream() if streamed else raw, headers=token
+    )
+    assert (answer.status_code, answer.json()) == (413, {"error": "body_too_large"})
+    if with_token and operation in SINGLE_USE:  # refused before authentication: the token is not spent
+        assert (await call(client, operation, token, uuid.uuid4())).json() != {"error": "assertion_replayed"}
+
+
+@pytest.mark.parametrize(
+    ("path", "body"),
+    [
+        ("/memory/v1/off", b'{"confirm": false, "confirm": true}'),
+        ("/memory/v1/forget-all", b'{"confirm": true, "confirm": true}'),
+        ("/memory/v1/consent", b'{"purpose": "a", "policy_version": "v1", "purpose": "b"}'),
+        ("/memory/v1/off", b'{"confirm": NaN}'),
+        ("/memory/v1/off", b'{"confirm": true, "x": {"y": 1, "y": 2}}'),
+    ],
+)
+async def test_duplicate_members_and_non_json_constants_are_bad_input(
+    client, store: Store, bridge: Bridge, path: str, body: bytes
+):
+    generation = await consent(client, bridge)
+    await remember(store, bridge, generation, "keep me")
+    answer = await client.post(path, content=body, headers=auth(bridge, path.rsplit("/", 1)[1]))
+    assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
+    assert await state(client, bridge) == (True, generation, 1)
+
+
+# -- the whole of /memory/v1 answers reason codes --------------------------------------------------
+
+
+@pytest.mark.parametrize("with_token", [True, False])
+@pytest.mark.parametrize(
+    ("method", "path", "status", "code"),
+    [
+        ("GET", "/memory/v1/nothing", 404, "not_found"),
+        ("POST", "/memory/v1", 404, "not_found"),
+        ("GET", "/memory/v1/", 404, "not_found"),
+        ("GET", "/memory/v1/status/", 404, "not_found"),
+        ("DELETE", "/memory/v1/entries/a/b", 404, "not_found"),
+        ("GET", "/memory/v1/v2/status", 404, "not_found"),
+        ("GET", "/memory/v1/off", 405, "method_not_allowed"),
+        ("POST", "/memory/v1/status", 405, "method_not_allowed"),
+        ("PUT", f"/memory/v1/entries/{uuid.UUID(int=1)}", 405, "method_not_allowed"),
+        ("DELETE", "/memory/v1/entries", 405, "method_not_allowed"),
+        ("PATCH", "/memory/v1/consent", 405, "method_not_allowed"),
+    ],
+)
+async def test_unknown_routes_and_wrong_methods_answer_a_reason_code(
+    client, bridge: Bridge, method: str, path: str, status: int, code: str, with_token: bool
+):
+    headers = auth(bridge, "status") if with_token else {}
+    answer = await client.request(method, path, headers=headers)
+    assert (answer.status_code, answer.json()) == (status, {"error": code})
+    if status == 405:
+        assert answer.headers["allow"] in {"GET", "POST", "DELETE"}
+
+
+async def test_routes_outside_memory_v1_keep_the_apps_own_answers(client):
+    answer = await client.get("/not-memory")
+    assert (answer.status_code, answer.json()) == (404, {"detail": "Not Found"})

@@ -82,7 +82,7 @@ def check(answer: httpx.Response, route: tuple[str, str]) -> None:
         assert set(body) == ANSWERS[route]
     else:
         assert set(body) == {"error"} and body["error"] in CODES, body
-        assert answer.status_code in (401, 403, 404, 409, 422, 429, 503)
+        assert answer.status_code in (401, 403, 404, 405, 409, 413, 422, 429, 503)
 
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
