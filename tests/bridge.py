@@ -68,6 +68,8 @@ class Bridge:
         return {k: v for k, v in claims.items() if v is not ...}  # ... removes a claim
 
     def sign(self, now: float, purpose: str = "scope", header: dict[str, Any] | None = None, **changes: Any) -> str:
+        """A compact JWS of ``claims(now, purpose, **changes)``. A control or offboarding token names its
+        operation explicitly, as the bridge must: ``sign(t, "control", op="status")``."""
         return compact(
             header or {"alg": "EdDSA", "typ": "JWT"}, self.claims(now, purpose, **changes), self.private_key.sign
         )
