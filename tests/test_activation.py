@@ -211,6 +211,10 @@ def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database
         token = bridge.sign(time.time(), "control", op="status")
         status = httpx.get(f"{url}/memory/v1/status", headers={"Authorization": f"Bearer {token}"}, timeout=5)
         assert status.status_code == 200 and status.json()["enabled"] is False
+        oversized = httpx.post(f"{url}/memory/v1/consent", content=b"{" + b" " * 4096 + b"}", timeout=5)
+        assert (oversized.status_code, oversized.json()) == (413, {"error": "body_too_large"})
+        unknown = httpx.get(f"{url}/memory/v1/nothing", timeout=5)
+        assert (unknown.status_code, unknown.json()) == (404, {"error": "not_found"})
     finally:
         server.terminate()
         server.wait(timeout=30)
