@@ -95,17 +95,21 @@ class Policy(BaseModel):
 
 
 def admit_fact(text: object, policy: Policy) -> str:
-    """The fact as it will be stored, or a refusal: ``bad_input`` (not text, empty, NUL, lone
-    surrogates) or ``fact_too_large`` (more UTF-8 bytes than the policy allows)."""
-    if not isinstance(text, str) or not text.strip() or "\x00" in text:
+    """The fact as it will be stored, its whitespace normalized (runs become one space, ends trimmed) so
+    equal facts are equal text; or a refusal: ``bad_input`` (not text, empty, NUL, lone surrogates) or
+    ``fact_too_large`` (more UTF-8 bytes than the policy allows)."""
+    if not isinstance(text, str) or "\x00" in text:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    fact = " ".join(text.split())
+    if not fact:
         raise GovernedMemoryError(Reason.BAD_INPUT)
     try:
-        size = len(text.encode("utf-8"))
+        size = len(fact.encode("utf-8"))
     except UnicodeEncodeError:
         raise GovernedMemoryError(Reason.BAD_INPUT) from None
     if size > policy.max_fact_bytes:
         raise GovernedMemoryError(Reason.FACT_TOO_LARGE)
-    return text
+    return fact
 
 
 def admit_embedding(vector: Sequence[float]) -> list[float]:

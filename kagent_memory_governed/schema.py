@@ -110,6 +110,22 @@ ledger = Table(
     Index("ledger_by_scope", "scope_id", "at"),
 )
 
+# Which conversation turns were admitted under which consent generation, until auto-save collects them
+# (R36). Content-free: session and invocation ids are stored as name-based UUIDs, never as given.
+turns = Table(
+    "turns",
+    metadata,
+    Column("scope_id", UUID(as_uuid=True), ForeignKey(scopes.c.scope_id, ondelete="CASCADE"), nullable=False),
+    Column("session_ref", UUID(as_uuid=True), nullable=False),
+    Column("invocation_ref", UUID(as_uuid=True), nullable=False),
+    Column("generation", BigInteger, nullable=False),
+    Column("recalled", Boolean, nullable=False),
+    Column("at", DateTime(timezone=True), nullable=False),
+    PrimaryKeyConstraint("scope_id", "session_ref", "invocation_ref", name="turns_pkey"),
+    CheckConstraint("generation >= 1", name="turns_generation"),
+    Index("turns_by_age", "at"),
+)
+
 # Token ids of destructive control calls already accepted; kept until the token could no longer verify.
 replays = Table(
     "replays",

@@ -28,6 +28,7 @@ from importlib.resources import files
 
 import asyncpg
 from sqlalchemy import Row, case, delete, func, insert, literal, select, text, true, tuple_, update
+from sqlalchemy.dialects.postgresql import JSON
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
@@ -37,12 +38,13 @@ from kagent_memory_governed import admission, clock, redaction
 from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, fence, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_embedding, admit_fact, expiry_seconds
-from kagent_memory_governed.schema import SCHEMA, buckets, entries, ledger, replays, scopes, usage
+from kagent_memory_governed.schema import SCHEMA, buckets, entries, ledger, replays, scopes, turns, usage
 from kagent_memory_governed.scope import Principal, ScopeKey
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
 MIN_PGVECTOR = (0, 7, 0)
 MAX_PAGE = 50
+_TURN_NAMESPACE = uuid.UUID("5b0c7e1e-3f2a-4c55-9d7e-6b6d67000001")
 _MIGRATION_LOCK = 0x6B6D6700  # advisory lock id: concurrent `migrate` runs serialize
 _DATABASE_ERRORS = (
     SQLAlchemyError,
@@ -119,6 +121,19 @@ class Erased:
 class Offboarded:
     scopes: int
     erased: int
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A conversation turn admitted under a scope and generation; ``recalled`` if it recalled memory."""
+
+    invocation_id: str
+    recalled: bool
+
+
+def turn_ref(identifier: str) -> uuid.UUID:
+    """The content-free reference under which a session or invocation id is recorded."""
+    return uuid.uuid5(_TURN_NAMESPACE, identifier)
 
 
 class _Refused(Exception):
@@ -512,6 +527,8 @@ class Store:
         self, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None = None
     ) -> list[uuid.UUID]:
         """Store ``facts`` in ``key`` under consent ``generation``, all or none; returns their entry ids.
+        A fact equal to a live entry of the scope (whitespace normalized) is not stored again: its id is
+        the live entry's, whose expiry does not move. The ledger counts the entries actually added.
 
         Refuses ``bad_input``, ``fact_too_large``, a fenced-off generation (``consent_*``) and
         ``entry_cap_reached`` when the live entries plus these would pass the cap (never evicts).
@@ -526,16 +543,28 @@ class Store:
         except GovernedMemoryError as refused:
             await self._refuse("write", refused.reason, scope_id=sid)
         now = clock.now()
+        texts = list(dict.fromkeys(fact for fact, _ in admitted))
         async with self._transaction() as conn:
             state = await self._scope_state(conn, sid, lock=True)
             refusal = fence(state, generation, now)
             if refusal is None:
-                live = await conn.scalar(
-                    select(func.count())
-                    .select_from(entries)
-                    .where(entries.c.scope_id == sid, entries.c.expires_at > now)
-                )
-                if live + len(admitted) > min(state.entry_cap, self.policy.entry_cap):
+                # counted after the lock; a fact equal to a live entry keeps that entry and its expiry (R36)
+                live, known = (
+                    await conn.execute(
+                        select(
+                            func.count(),
+                            func.json_object_agg(entries.c.text, entries.c.entry_id, type_=JSON).filter(
+                                entries.c.text.in_(texts)
+                            ),
+                        ).where(entries.c.scope_id == sid, entries.c.expires_at > now)
+                    )
+                ).one()
+                known = {text: uuid.UUID(entry_id) for text, entry_id in (known or {}).items()}
+                new: dict[str, list[float]] = {}
+                for fact, vector in admitted:
+                    if fact not in known:
+                        new.setdefault(fact, vector)
+                if new and live + len(new) > min(state.entry_cap, self.policy.entry_cap):
                     refusal = Reason.ENTRY_CAP_REACHED
             if refusal is not None:
                 await self._record(
@@ -543,24 +572,25 @@ class Store:
                 )
                 raise _Refused(refusal)
             lifetime = timedelta(seconds=expiry_seconds(expires_in, self.policy, state.max_expiry_seconds))
-            ids = [uuid.uuid4() for _ in admitted]
-            await conn.execute(
-                insert(entries),
-                [
-                    {
-                        "scope_id": sid,
-                        "entry_id": entry_id,
-                        "text": fact,
-                        "embedding": vector,
-                        "generation": generation,
-                        "created_at": now,
-                        "expires_at": now + lifetime,
-                    }
-                    for entry_id, (fact, vector) in zip(ids, admitted, strict=True)
-                ],
-            )
-            await self._record(conn, "write", "ok", scope_id=sid, generation=generation, count=len(ids), at=now)
-        return ids
+            known |= {fact: uuid.uuid4() for fact in new}
+            if new:
+                await conn.execute(
+                    insert(entries),
+                    [
+                        {
+                            "scope_id": sid,
+                            "entry_id": known[fact],
+                            "text": fact,
+                            "embedding": vector,
+                            "generation": generation,
+                            "created_at": now,
+                            "expires_at": now + lifetime,
+                        }
+                        for fact, vector in new.items()
+                    ],
+                )
+            await self._record(conn, "write", "ok", scope_id=sid, generation=generation, count=len(new), at=now)
+        return [known[fact] for fact, _ in admitted]
 
     async def search(
         self, key: ScopeKey, generation: int, embedding: Sequence[float], *, top_k: int = 5, min_score: float = 0.0
@@ -614,6 +644,71 @@ class Store:
             ]
             await self._record(conn, "search", "ok", scope_id=sid, generation=generation, count=len(found), at=now)
         return found
+
+    # -- conversation turns (auto-save input, R36) --------------------------------------------------
+
+    async def record_turn(
+        self, key: ScopeKey, generation: int, session_id: str, invocation_id: str, *, recalled: bool
+    ) -> int:
+        """Record that a turn of ``session_id`` ran admitted under consent ``generation`` (a no-op when the
+        fence refuses it: such a turn is never collected); returns how many admitted turns of that session
+        under that generation await auto-save. Only references derived from the ids are stored."""
+        sid = key.scope_id
+        admit_generation(generation)
+        session = turn_ref(session_id)
+        now = clock.now()
+        async with self._transaction(durable=False) as conn:
+            if fence(await self._scope_state(conn, sid, lock=False), generation, now) is not None:
+                return 0
+            await conn.execute(
+                pg_insert(turns)
+                .values(
+                    scope_id=sid,
+                    session_ref=session,
+                    invocation_ref=turn_ref(invocation_id),
+                    generation=generation,
+                    recalled=recalled,
+                    at=now,
+                )
+                .on_conflict_do_update(
+                    index_elements=[turns.c.scope_id, turns.c.session_ref, turns.c.invocation_ref],
+                    set_={"recalled": turns.c.recalled | recalled},
+                )
+            )
+            return await conn.scalar(
+                select(func.count()).where(
+                    turns.c.scope_id == sid, turns.c.session_ref == session, turns.c.generation == generation
+                )
+            )
+
+    async def collect_turns(
+        self, key: ScopeKey, generation: int, session_id: str, candidates: Sequence[str]
+    ) -> list[Turn]:
+        """Take, once, the turns among ``candidates`` (invocation ids) of ``session_id`` that were admitted
+        under ``generation``; turns of that session recorded under any other generation are discarded, so
+        nothing said before an erasure or a withdrawal is ever collected. Fenced: refuses ``consent_*``."""
+        sid = key.scope_id
+        admit_generation(generation)
+        refs = {turn_ref(invocation): invocation for invocation in candidates}
+        now = clock.now()
+        async with self._transaction() as conn:
+            refusal = fence(await self._scope_state(conn, sid, lock=False), generation, now)
+            if refusal is not None:
+                await self._record(
+                    conn, "collect", "refused", reason=refusal, scope_id=sid, generation=generation, at=now
+                )
+                raise _Refused(refusal)
+            this_session = [turns.c.scope_id == sid, turns.c.session_ref == turn_ref(session_id)]
+            await conn.execute(delete(turns).where(*this_session, turns.c.generation != generation))
+            taken = (
+                await conn.execute(
+                    delete(turns)
+                    .where(*this_session, turns.c.invocation_ref.in_(list(refs)))
+                    .returning(turns.c.invocation_ref, turns.c.recalled)
+                )
+            ).all()
+            await self._record(conn, "collect", "ok", scope_id=sid, generation=generation, count=len(taken), at=now)
+        return [Turn(refs[row.invocation_ref], row.recalled) for row in taken]
 
     # -- control plane (the subject's own requests; not fenced by generation) ---------------------
 
@@ -711,6 +806,14 @@ class Store:
         async with self._transaction() as conn:
             await conn.execute(delete(replays).where(replays.c.expires_at <= now))
             await conn.execute(delete(usage).where(usage.c.at <= now - admission.HOUR))
+            # turns can only be collected under their scope's current generation, and not after the ceiling
+            await conn.execute(
+                delete(turns).where(
+                    turns.c.scope_id == scopes.c.scope_id,
+                    (turns.c.generation != scopes.c.generation)
+                    | (turns.c.at <= now - timedelta(seconds=self.policy.max_expiry_seconds)),
+                )
+            )
             await self._record(conn, "sweep", "ok", count=total, at=now)
         return total
 
@@ -836,4 +939,5 @@ __all__ = [
     "Page",
     "Status",
     "Store",
+    "Turn",
 ]

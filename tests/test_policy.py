@@ -115,3 +115,8 @@ def test_expiry_is_the_smallest_of_request_policy_and_consent() -> None:
     for bad in (0, -5, True, 1.5):
         with pytest.raises(GovernedMemoryError):
             expiry_seconds(bad, policy, 604800)
+
+
+def test_facts_are_stored_with_their_whitespace_normalized() -> None:
+    assert admit_fact("  I drink\n\tlapsang   souchong \u00a0", Policy()) == "I drink lapsang souchong"
+    assert admit_fact("a" * 512 + "   ", Policy()) == "a" * 512  # trailing whitespace does not count
