@@ -44,17 +44,29 @@ class ScriptedModel(BaseLlm):
     model: str = "scripted"
     _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
     _on_user: Callable[[str], list[tuple[str, dict]]] | None = PrivateAttr(default=None)
-    _summary: str = PrivateAttr(default="[]")
+    _summary: str | Callable[[str], list[str]] = PrivateAttr(default="[]")
+    _tool_reply: str | None = PrivateAttr(default=None)
     _summary_gate: asyncio.Event | None = PrivateAttr(default=None)
     _fail_summary: bool = PrivateAttr(default=False)
     _fail_chat: str | None = PrivateAttr(default=None)
     _summarizing: asyncio.Event = PrivateAttr(default_factory=asyncio.Event)
 
-    def script(self, on_user=None, summary: str | None = None, gate=None, fail_summary: bool = False, fail_chat=None):
+    def script(
+        self,
+        on_user=None,
+        summary: str | Callable[[str], list[str]] | None = None,
+        gate=None,
+        fail_summary: bool = False,
+        fail_chat=None,
+        tool_reply: str | None = None,
+    ):
+        """``summary`` is the summarizer's answer, or a function from the conversation to facts;
+        ``tool_reply`` is the answer after a tool result (default: the results, echoed)."""
         if on_user is not None:
             self._on_user = on_user
         if summary is not None:
             self._summary = summary
+        self._tool_reply = tool_reply
         self._summary_gate, self._fail_summary, self._fail_chat = gate, fail_summary, fail_chat
         return self
 
@@ -84,13 +96,18 @@ class ScriptedModel(BaseLlm):
             self._summarizing.set()
             if self._summary_gate is not None:
                 await self._summary_gate.wait()
+            summary = self._summary(text) if callable(self._summary) else self._summary
+            summary = summary if isinstance(summary, str) else json.dumps(summary)
             if self._fail_summary:
-                raise RuntimeError(f"provider error, body: {self._summary}")
-            yield _reply(types.Part(text=self._summary))
+                raise RuntimeError(f"provider error, body: {summary}")
+            yield _reply(types.Part(text=summary))
             return
         if self._fail_chat is not None:
             raise RuntimeError(f"provider returned 500, body: {self._fail_chat}")
         last = llm_request.contents[-1]
+        if any(part.function_response for part in last.parts or []) and self._tool_reply is not None:
+            yield _reply(types.Part(text=self._tool_reply))
+            return
         if any(part.function_response for part in last.parts or []):
             results = [json.dumps(part.function_response.response) for part in last.parts if part.function_response]
             yield _reply(types.Part(text="done: " + " | ".join(results)))
@@ -138,9 +155,9 @@ class CountingEmbedder:
         return [embed(text) for text in texts]
 
 
-def build_app(model: ScriptedModel, *, config: dict | None = None, local: bool = True) -> Any:
+def build_app(model: BaseLlm, *, config: dict | None = None, local: bool = True, streaming: bool = False) -> Any:
     agent_config = AgentConfig.model_validate(config or CONFIG)
-    card = AgentCard.model_validate(CARD)
+    card = AgentCard.model_validate({**CARD, "capabilities": {"streaming": streaming}})
 
     def factory():
         agent = agent_config.to_agent("helper")
@@ -158,6 +175,18 @@ class A2AClient:
         self.http = http
 
     async def send(self, text: str, *, context_id: str, user: str | None, scope: str | None) -> dict:
+        answer = await self.http.post("/", **self._request("message/send", text, context_id, user, scope))
+        assert answer.status_code == 200
+        return answer.json()
+
+    async def stream(self, text: str, *, context_id: str, user: str | None, scope: str | None) -> str:
+        """``message/stream``: the whole server-sent event stream, as text."""
+        answer = await self.http.post("/", **self._request("message/stream", text, context_id, user, scope))
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
+        return answer.text
+
+    @staticmethod
+    def _request(method: str, text: str, context_id: str, user: str | None, scope: str | None) -> dict:
         headers = {}
         if user is not None:
             headers["X-User-Id"] = user
@@ -166,7 +195,7 @@ class A2AClient:
         body = {
             "jsonrpc": "2.0",
             "id": str(uuid.uuid4()),
-            "method": "message/send",
+            "method": method,
             "params": {
                 "message": {
                     "kind": "message",
@@ -177,9 +206,7 @@ class A2AClient:
                 }
             },
         }
-        answer = await self.http.post("/", json=body, headers=headers)
-        assert answer.status_code == 200
-        return answer.json()
+        return {"json": body, "headers": headers}
 
 
 def reply_text(answer: dict) -> str:

@@ -80,6 +80,25 @@ def runtime(store: Store, bridge, embedder):
     return install(settings=settings, store=store, embedder=embedder)
 
 
+@pytest.fixture
+def controller(monkeypatch: pytest.MonkeyPatch):
+    """A recording stand-in for kagent's controller, used by every app built with ``local=False``."""
+    import types
+
+    import httpx
+    import kagent.adk._a2a as a2a
+    from controller import FakeController
+
+    fake = FakeController()
+    real = httpx.AsyncClient
+
+    def client(**kwargs):
+        return real(transport=httpx.MockTransport(fake), **kwargs)
+
+    monkeypatch.setattr(a2a, "httpx", types.SimpleNamespace(AsyncClient=client))
+    return fake
+
+
 @pytest.fixture(scope="session")
 def metric_reader():
     from opentelemetry import metrics
@@ -122,7 +141,7 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
         )
         await conn.execute(
             "TRUNCATE governed_memory.entries, governed_memory.ledger, governed_memory.scopes, governed_memory.replays,"
-            " governed_memory.buckets, governed_memory.usage"
+            " governed_memory.buckets, governed_memory.usage, governed_memory.turns"
         )
         await conn.close()
 

@@ -16,10 +16,18 @@ class FakeController:
         self.tasks: dict[str, dict] = {}
         self.memory_requests: list[str] = []
         self.paths: list[str] = []
+        self.bodies: list[str] = []  # every request body, as received
+
+    def received(self, text: str, since: int = 0) -> bool:
+        """Whether ``text`` is in any request the controller received (path, query or body, JSON-escaped
+        too), counting from the ``since``-th request."""
+        escaped = json.dumps(text)[1:-1]
+        return any(text in body or escaped in body for body in [*self.bodies[since:], *self.paths[since:]])
 
     def __call__(self, request: httpx.Request) -> httpx.Response:
         path = request.url.path
-        self.paths.append(f"{request.method} {path}")
+        self.paths.append(f"{request.method} {path}?{request.url.query.decode()}")
+        self.bodies.append(request.content.decode("utf-8", errors="replace"))
         parts = path.strip("/").split("/")
         body = json.loads(request.content) if request.content else None
         if path.startswith("/api/memories"):

@@ -8,7 +8,6 @@ import socket
 import subprocess
 import sys
 import time
-import types
 from pathlib import Path
 
 import httpx
@@ -29,18 +28,6 @@ from kagent_memory_governed.store import Store
 
 ALICE = f"@alice:{HOMESERVER}"
 BIN = Path(sys.executable).parent
-
-
-@pytest.fixture
-def controller(monkeypatch: pytest.MonkeyPatch) -> FakeController:
-    fake = FakeController()
-    real = httpx.AsyncClient
-
-    def client(**kwargs):
-        return real(transport=httpx.MockTransport(fake), **kwargs)
-
-    monkeypatch.setattr(a2a, "httpx", types.SimpleNamespace(AsyncClient=client))
-    return fake
 
 
 def governed_runner_class(runtime) -> type:

@@ -20,8 +20,9 @@ from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy
 
 
-def event(author: str, *parts: types.Part) -> Event:
-    return Event(author=author, content=types.Content(role="user" if author == "user" else "model", parts=list(parts)))
+def event(author: str, *parts: types.Part, invocation: str = "i1") -> Event:
+    role = "user" if author == "user" else "model"
+    return Event(invocation_id=invocation, author=author, content=types.Content(role=role, parts=list(parts)))
 
 
 def test_clipping_never_splits_a_character():
@@ -43,11 +44,25 @@ def test_the_tail_keeps_user_and_agent_text_only_and_its_last_bytes():
         event("helper", types.Part(text="an answer")),
         event("user", types.Part(text="x" * 100)),
     ]
-    tail = conversation_tail(events, 16384)
+    tail = conversation_tail(events, 16384, {"i1": False})
     assert tail.splitlines() == ["user: first message", "assistant: an answer", "user: " + "x" * 100]
     assert "recalled" not in tail and "load_memory" not in tail and "header" not in tail
-    assert conversation_tail(events, 50) == "x" * 50
-    assert len(conversation_tail([event("user", types.Part(text="y" * 40000))], 16384).encode()) == 16384
+    assert conversation_tail(events, 50, {"i1": False}) == "x" * 50
+    assert len(conversation_tail([event("user", types.Part(text="y" * 40000))], 16384, {"i1": False})) == 16384
+
+
+def test_the_tail_holds_collected_turns_only_and_no_agent_text_of_a_turn_that_recalled():
+    events = [
+        event("user", types.Part(text="said without consent"), invocation="before"),
+        event("helper", types.Part(text="reply before"), invocation="before"),
+        event("user", types.Part(text="I drink lapsang"), invocation="plain"),
+        event("helper", types.Part(text="noted"), invocation="plain"),
+        event("user", types.Part(text="what do I drink?"), invocation="recall"),
+        event("helper", types.Part(text="you drink lapsang, as remembered"), invocation="recall"),
+    ]
+    tail = conversation_tail(events, 16384, {"plain": False, "recall": True})
+    assert tail.splitlines() == ["user: I drink lapsang", "assistant: noted", "user: what do I drink?"]
+    assert conversation_tail(events, 16384, {}) == ""
 
 
 def test_prefetch_uses_at_most_eight_subqueries_of_at_most_512_bytes():

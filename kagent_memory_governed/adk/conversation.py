@@ -5,7 +5,7 @@ and which summarizer output may become facts. No I/O, no model calls.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 
 from google.adk.events import Event
 from google.adk.models import LlmRequest
@@ -27,12 +27,18 @@ def clip_utf8(text: str, max_bytes: int, *, keep_end: bool = False) -> str:
     return cut.decode("utf-8", errors="ignore")
 
 
-def conversation_tail(events: Iterable[Event], max_bytes: int) -> str:
-    """The last ``max_bytes`` of the conversation's user and agent text. Tool calls and tool results
-    are left out: they hold recalled memories and third-party data, which must not be re-saved."""
+def conversation_tail(events: Iterable[Event], max_bytes: int, turns: Mapping[str, bool]) -> str:
+    """The last ``max_bytes`` of the user and agent text of the collected ``turns`` (invocation id ->
+    whether that turn recalled memory) and of nothing else (R36). Tool calls and tool results are left
+    out: they hold recalled memories and third-party data. So is the agent's text in a turn that recalled
+    memory, which may restate a recalled fact: collecting it again would extend that fact's life."""
     lines = []
     for event in events:
-        if event.author == "system" or not event.content or not event.content.parts:
+        if event.invocation_id not in turns or event.author == "system":
+            continue
+        if event.author != "user" and turns[event.invocation_id]:
+            continue
+        if not event.content or not event.content.parts:
             continue
         text = " ".join(part.text for part in event.content.parts if part.text and not part.thought)
         if text.strip():

@@ -19,6 +19,7 @@ from google.adk.runners import Runner
 
 from kagent_memory_governed import control, redaction
 from kagent_memory_governed.adk import tools
+from kagent_memory_governed.adk.boundary import RecallBoundary
 from kagent_memory_governed.adk.request import context_builder
 from kagent_memory_governed.adk.service import GovernedMemoryService, kagent_embedder
 
@@ -38,12 +39,19 @@ def use_embedding(service: GovernedMemoryService, embedding_config: Any) -> Gove
 
 
 def governed_runner(service: GovernedMemoryService) -> type[Runner]:
-    """A Runner that always uses the governed service (local mode included), and whose failures inside
-    memory work leave it without their text: kagent answers ``str(error)`` to the caller."""
+    """A Runner that always uses the governed service (local mode included), keeps recalled memory out of
+    the events it persists (``RecallBoundary``), and whose failures inside memory work leave it without
+    their text: kagent answers ``str(error)`` to the caller."""
 
     class GovernedRunner(Runner):
         def __init__(self, **kwargs: Any) -> None:
             kwargs["memory_service"] = service
+            boundary = RecallBoundary()  # first, so no other plugin's answer can skip it
+            if kwargs.get("app") is not None:
+                app = kwargs["app"]
+                kwargs["app"] = app.model_copy(update={"plugins": [boundary, *app.plugins]})
+            else:
+                kwargs["plugins"] = [boundary, *(kwargs.get("plugins") or [])]
             super().__init__(**kwargs)
 
         async def run_async(self, *args: Any, **kwargs: Any) -> Any:

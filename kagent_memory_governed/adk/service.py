@@ -77,15 +77,33 @@ class GovernedMemoryService(BaseMemoryService):
 
     async def add_session_to_memory(self, session: Session, model: BaseLlm | None = None) -> None:
         """Schedule an auto-save of ``session`` under the request's scope and generation, captured now.
-        Without a scope or a model nothing is scheduled and no model or embedding call is made."""
+        It summarizes only the turns admitted under that scope and generation that no auto-save has
+        collected yet (R36). Without a scope or a model nothing is scheduled and no model call is made."""
         scope = current()
         if scope is None or scope.key.principal.mxid != session.user_id or model is None:
             metering.count("autosave", "refused", Reason.NO_ASSERTION if scope is None else Reason.SCOPE_MISMATCH)
             return
         events = list(session.events)  # the conversation as of now; the task must not see later turns
-        task = asyncio.create_task(self._autosave(scope, events, model), name="governed-memory-autosave")
+        task = asyncio.create_task(self._autosave(scope, session.id, events, model), name="governed-memory-autosave")
         self._background.add(task)
         task.add_done_callback(self._background.discard)
+
+    async def end_turn(self, session: Session, invocation_id: str, model: BaseLlm | None, *, recalled: bool) -> None:
+        """Record that this invocation of ``session`` ran admitted under the request's scope and generation,
+        then auto-save once ``autosave_every_user_turns`` such turns await collection. Never raises: the
+        chat goes on without memory."""
+        scope = current()
+        if scope is None or scope.key.principal.mxid != session.user_id:
+            return
+        try:
+            waiting = await self.store.record_turn(
+                scope.key, scope.generation, session.id, invocation_id, recalled=recalled
+            )
+        except GovernedMemoryError as refused:
+            metering.count("turn", "refused", refused.reason)
+            return
+        if waiting >= self.policy.autosave_every_user_turns:
+            await self.add_session_to_memory(session, model)
 
     async def drain(self) -> None:
         """Wait for scheduled auto-saves (tests and shutdown)."""
@@ -131,10 +149,13 @@ class GovernedMemoryService(BaseMemoryService):
         )
         metering.count(operation, "ok")
 
-    async def _autosave(self, scope: RequestScope, events: list, model: BaseLlm) -> None:
+    async def _autosave(self, scope: RequestScope, session_id: str, events: list, model: BaseLlm) -> None:
         redaction.enter(True)  # this task's own context: background memory work
         try:
-            tail = conversation.conversation_tail(events, self.policy.autosave_max_input_bytes)
+            candidates = list(dict.fromkeys(event.invocation_id for event in events if event.invocation_id))
+            turns = await self.store.collect_turns(scope.key, scope.generation, session_id, candidates)
+            collected = {turn.invocation_id: turn.recalled for turn in turns}
+            tail = conversation.conversation_tail(events, self.policy.autosave_max_input_bytes, collected)
             if not tail:
                 return
             await self._admit(scope, "summarize", units=1)  # the summarization is one unit

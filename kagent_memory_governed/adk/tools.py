@@ -7,7 +7,6 @@ anything the model says (R34); without one every tool answers a reason code and 
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 from google.adk.agents import LlmAgent
@@ -17,7 +16,7 @@ from google.adk.tools.tool_context import ToolContext
 from kagent.adk.tools.memory_tools import LoadMemoryTool, SaveMemoryTool
 from kagent.adk.tools.prefetch_memory_tool import PrefetchMemoryTool
 
-from kagent_memory_governed.adk import conversation
+from kagent_memory_governed.adk import boundary, conversation
 from kagent_memory_governed.adk.request import current
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
@@ -64,7 +63,7 @@ class GovernedSaveMemoryTool(SaveMemoryTool):
 class GovernedLoadMemoryTool(LoadMemoryTool):
     """``load_memory``: searches the request's consented scope, or answers a reason code."""
 
-    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> str:
+    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> str | dict[str, Any]:
         service, scope = _service(tool_context), current()
         if service is None or scope is None:
             return refusal(Reason.NO_ASSERTION)
@@ -76,7 +75,9 @@ class GovernedLoadMemoryTool(LoadMemoryTool):
             entries = await service.search(scope, [query], "load")
         except GovernedMemoryError as refused:
             return refusal(refused.reason)
-        return json.dumps({"memories": [{"id": e.id, "text": e.content.parts[0].text} for e in entries]})
+        memories = [{"id": e.id, "text": e.content.parts[0].text} for e in entries]
+        # the event kagent persists holds a count; the model request of this invocation gets the entries
+        return boundary.keep({"memories": memories}, len(memories))
 
 
 class GovernedPrefetchMemoryTool(PrefetchMemoryTool):
@@ -99,21 +100,24 @@ class GovernedPrefetchMemoryTool(PrefetchMemoryTool):
         except GovernedMemoryError:
             return
         if entries:
+            boundary.note_hit()
             facts = "\n".join(f"- {entry.content.parts[0].text}" for entry in entries)
-            llm_request.append_instructions([PREFETCH_PREAMBLE.format(facts=facts)])
+            llm_request.append_instructions([PREFETCH_PREAMBLE.format(facts=facts)])  # this request only
 
 
 def autosave_callback(agent: LlmAgent):
-    """An ``after_agent_callback`` that auto-saves every ``autosave_every_user_turns``-th user turn,
-    under the scope and generation of the request that reached that turn (R7, R24)."""
+    """An ``after_agent_callback`` that records each turn admitted under the request's scope and
+    generation, and auto-saves once ``autosave_every_user_turns`` of them await collection (R7, R24, R36)."""
 
     async def governed_auto_save(callback_context: CallbackContext) -> None:
-        service, scope = _service(callback_context), current()
-        if service is None or scope is None:
-            return None
-        turns = _user_turns(callback_context)
-        if turns and turns % service.policy.autosave_every_user_turns == 0:
-            await service.add_session_to_memory(callback_context._invocation_context.session, agent.canonical_model)
+        service = _service(callback_context)
+        if service is not None:
+            await service.end_turn(
+                callback_context._invocation_context.session,
+                callback_context.invocation_id,
+                agent.canonical_model,
+                recalled=boundary.recalled(),
+            )
         return None
 
     return governed_auto_save
