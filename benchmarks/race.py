@@ -1,10 +1,13 @@
-"""Race harness: concurrent saves, auto-save batches and searches across scopes while withdrawals,
-forget-alls, offs and offboards land at random points. Every trial checks the invariants:
+"""Race harness: concurrent saves, auto-save batches, summarizing auto-saves and searches across scopes
+while withdrawals, forget-alls, offs, offboards and single-entry forgets land at random points. Every
+trial checks the invariants:
 
 - after an erasure is verified, the erased scope has zero rows and keeps zero rows (every worker
   holds the generation admitted before the erasure);
 - no read under a fenced-off generation returns anything;
-- no scope ever holds more live entries than its cap.
+- no scope ever holds more live entries than its cap;
+- a fact forgotten while an auto-save was summarizing the turns that said it never comes back, and no
+  admitted turn is collected twice (R36).
 
     python benchmarks/race.py [--url postgresql+asyncpg://...] [--trials 10000] [--seed 1]
 
@@ -32,6 +35,7 @@ from kagent_memory_governed.store import NewFact, Store
 
 CAP = 12  # a low cap, so the cap is contended too
 VECTOR = embed("a remembered fact")
+SAID = "I drink lapsang souchong"
 
 
 def _keys(principal: Principal, count: int) -> list[ScopeKey]:
@@ -94,11 +98,66 @@ async def trial(store: Store, rng: random.Random, tally: Counter) -> list[str]:
             if (await store.status(key)).entries:
                 violations.append(f"rows left after a verified {kind}")
 
-    work = [erase()]
+    said = keys[0]  # a fact said in this scope's conversation, stored, and forgotten at a random point
+    [remembered] = await store.write(said, generations[said], [NewFact(SAID, VECTOR)])
+    turns = [f"turn-{n}" for n in range(5)]
+    for turn in turns:
+        await store.record_turn(said, generations[said], "session", turn, recalled=rng.random() < 0.2)
+    collected: list[str] = []
+    forgotten = False
+    # the forget lands before the first auto-save collects, while it summarizes, after it admits, or after it wrote
+    stages = [asyncio.Event() for _ in range(4)]
+    lands_at = rng.randrange(len(stages) + 1)
+
+    async def summarizing_autosave(first: bool) -> None:
+        """The auto-save's steps as the runtime takes them: collect, summarize (time passes), admit, write."""
+        reached = list(stages) if first else []
+
+        def reach() -> None:
+            if reached:
+                reached.pop(0).set()
+
+        await _yield(rng)
+        try:
+            reach()
+            taken = await store.collect_turns(said, generations[said], "session", turns)
+            collected.extend(turn.invocation_id for turn in taken)
+            if not taken:
+                return
+            reach()
+            await _yield(rng)  # the model is summarizing
+            await store.admit(said, generations[said], "autosave", units=2)
+            reach()
+            await store.write(said, generations[said], [NewFact(SAID, VECTOR), NewFact("another fact", VECTOR)])
+            tally["summarized_writes"] += 1
+        except GovernedMemoryError as refused:
+            tally[f"autosave_{refused.reason.value}"] += 1
+        finally:
+            for stage in reached:
+                stage.set()
+
+    async def forget() -> None:
+        nonlocal forgotten
+        if lands_at < len(stages):
+            await stages[lands_at].wait()
+        await _yield(rng)
+        try:
+            await store.forget(said, remembered)
+        except GovernedMemoryError as refused:
+            tally[f"forget_{refused.reason.value}"] += 1
+            return
+        forgotten = True
+        tally["forget"] += 1
+
+    work = [erase(), forget(), *(summarizing_autosave(n == 0) for n in range(rng.randint(1, 2)))]
     for _ in range(rng.randint(6, 14)):
         key = rng.choice(keys)
         work.append(save(key, rng.choice([1, 1, 1, 4, 10])) if rng.random() < 0.7 else search(key))
     await asyncio.gather(*work)
+    if len(collected) != len(set(collected)):
+        violations.append("an admitted turn was collected twice")
+    if forgotten and any(entry.text == SAID for entry in (await store.inspect(said)).entries):
+        violations.append("a forgotten fact came back from a summarizing auto-save")
     for key in keys:
         entries = (await store.status(key)).entries
         if fenced[key] and entries:
