@@ -108,6 +108,7 @@ ledger = Table(
     CheckConstraint("result IN ('ok', 'refused', 'failed')", name="ledger_result"),
     CheckConstraint("reason ~ '^[a-z_]{1,32}$'", name="ledger_reason_code"),
     Index("ledger_by_scope", "scope_id", "at"),
+    Index("ledger_by_age", "at"),
 )
 
 # Which conversation turns were admitted under which consent generation, until auto-save collects them

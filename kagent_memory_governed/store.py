@@ -786,7 +786,9 @@ class Store:
         return Offboarded(len(fenced), erased)
 
     async def sweep(self, *, batch: int = 5000) -> int:
-        """Physically delete every expired entry (R19); returns how many. Safe to run on every replica."""
+        """Physically delete every expired entry (R19); returns how many. Also deletes, in batches, ledger
+        records older than ``ledger_retention_days`` (a scope's last erasure stays on its scope row).
+        Safe to run on every replica."""
         now = clock.now()
         total = 0
         while True:
@@ -802,6 +804,15 @@ class Store:
                 )
                 total += result.rowcount
             if result.rowcount < batch:
+                break
+        retained = now - timedelta(days=self.policy.ledger_retention_days)
+        while True:
+            aged = (
+                select(ledger.c.ledger_id).where(ledger.c.at < retained).limit(batch).with_for_update(skip_locked=True)
+            )
+            async with self._transaction() as conn:
+                pruned = (await conn.execute(delete(ledger).where(ledger.c.ledger_id.in_(aged)))).rowcount
+            if pruned < batch:
                 break
         async with self._transaction() as conn:
             await conn.execute(delete(replays).where(replays.c.expires_at <= now))

@@ -97,3 +97,33 @@ async def test_sweep_deletes_expired_rows_physically_and_keeps_live_ones(
         assert await store.sweep(batch=1) == 4  # several batches
         assert await store.sweep() == 0
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 2
+
+
+async def test_sweep_prunes_ledger_records_past_their_retention_and_keeps_the_last_erasure(
+    store: Store, key: ScopeKey, database_url: str, sql: asyncpg.Connection
+):
+    with freeze_time(T0, real_asyncio=True) as frozen:
+        grant = await store.grant(key, purpose="assist", policy_version="v1")
+        [entry] = await store.write(key, grant.generation, facts("likes tea"))
+        await store.forget(key, entry)
+        old = await sql.fetchval("SELECT count(*) FROM governed_memory.ledger")
+        frozen.move_to(T0 + timedelta(days=400))
+        await store.status(key)  # a record of today
+        await store.sweep(batch=2)
+        assert await sql.fetchval("SELECT count(*) FROM governed_memory.ledger") == old + 2  # nothing old yet
+        frozen.move_to(T0 + timedelta(days=400, seconds=1))
+        await store.sweep(batch=2)  # several batches
+        ages = await sql.fetch("SELECT at FROM governed_memory.ledger")
+        assert len(ages) == 3 and all(row["at"] > T0 for row in ages)  # status, the first sweep, this sweep
+        last = (await store.status(key)).last_erasure
+        assert last is not None and last.at == T0 and last.result.value == "verified"
+
+        lowered = Store.connect(database_url, Policy(ledger_retention_days=30))
+        try:
+            frozen.move_to(T0 + timedelta(days=431))
+            await lowered.sweep()
+        finally:
+            await lowered.close()
+        assert [row["operation"] for row in await sql.fetch("SELECT operation FROM governed_memory.ledger")] == [
+            "sweep"
+        ]
