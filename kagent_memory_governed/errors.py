@@ -1,4 +1,4 @@
-"""The one error type of governed memory, and its reason codes.
+"""The one error type of governed memory, its reason codes, and the codes the ledger records with them.
 
     GovernedMemoryError              every refusal and failure; ``reason`` is the whole message
     ConfigurationError(ValueError)   start-up only: a setting is missing or invalid (named, never echoed)
@@ -44,6 +44,33 @@ class Reason(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     SCHEMA_OUTDATED = "schema_outdated"
     UNSUPPORTED_DATABASE = "unsupported_database"
+
+
+class Operation(StrEnum):
+    """What a ledger row records the store did. ``Store.admit`` records its caller's operation
+    (``load``, ``save``, ``autosave``, ...) as given; the ledger accepts ``[a-z_]{1,32}``."""
+
+    GRANT = "grant"
+    STATUS = "status"
+    WRITE = "write"
+    SEARCH = "search"
+    COLLECT = "collect"
+    INSPECT = "inspect"
+    FORGET = "forget"
+    FORGET_ALL = "forget_all"
+    OFF = "off"
+    OFFBOARD_FENCE = "offboard_fence"
+    OFFBOARD = "offboard"
+    SWEEP = "sweep"
+    CLAIM = "claim"
+
+
+class Result(StrEnum):
+    """How a recorded operation ended; a ``refused`` or ``failed`` row carries its ``Reason``."""
+
+    OK = "ok"
+    REFUSED = "refused"
+    FAILED = "failed"
 
 
 class GovernedMemoryError(Exception):

@@ -36,7 +36,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from kagent_memory_governed import admission, clock, redaction
 from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, fence, grant_refusal
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import Policy, admit_embedding, admit_fact, expiry_seconds
 from kagent_memory_governed.schema import SCHEMA, buckets, entries, ledger, replays, scopes, turns, usage
 from kagent_memory_governed.scope import Principal, ScopeKey
@@ -263,7 +263,7 @@ class Store:
     async def _record(
         conn: AsyncConnection,
         operation: str,
-        result: str,
+        result: Result,
         *,
         reason: Reason | None = None,
         scope_id: uuid.UUID | None = None,
@@ -288,7 +288,7 @@ class Store:
     async def _refuse(self, operation: str, reason: Reason, *, scope_id: uuid.UUID | None = None) -> None:
         """Record a refusal decided before any transaction, then raise it."""
         async with self._transaction() as conn:
-            await self._record(conn, operation, "refused", reason=reason, scope_id=scope_id)
+            await self._record(conn, operation, Result.REFUSED, reason=reason, scope_id=scope_id)
             raise _Refused(reason)
 
     @staticmethod
@@ -373,7 +373,7 @@ class Store:
             if valid_until is not None and valid_until.tzinfo is None:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
         except GovernedMemoryError as refused:
-            await self._refuse("grant", refused.reason, scope_id=sid)
+            await self._refuse(Operation.GRANT, refused.reason, scope_id=sid)
         now = clock.now()
         async with self._transaction() as conn:
             await conn.execute(
@@ -396,7 +396,7 @@ class Store:
             )
             refusal = grant_refusal(await self._scope_state(conn, sid, lock=True))
             if refusal is not None:
-                await self._record(conn, "grant", "refused", reason=refusal, scope_id=sid, at=now)
+                await self._record(conn, Operation.GRANT, Result.REFUSED, reason=refusal, scope_id=sid, at=now)
                 raise _Refused(refusal)
             generation = await conn.scalar(
                 update(scopes)
@@ -415,7 +415,7 @@ class Store:
                 )
                 .returning(scopes.c.generation)
             )
-            await self._record(conn, "grant", "ok", scope_id=sid, generation=generation, at=now)
+            await self._record(conn, Operation.GRANT, Result.OK, scope_id=sid, generation=generation, at=now)
         return Grant(generation, self.policy.max_expiry_seconds, self.policy.entry_cap)
 
     async def status(self, key: ScopeKey) -> Status:
@@ -444,7 +444,7 @@ class Store:
                     ).where(scopes.c.scope_id == sid)
                 )
             ).one_or_none()
-            await self._record(conn, "status", "ok", scope_id=sid, at=now)
+            await self._record(conn, Operation.STATUS, Result.OK, scope_id=sid, at=now)
         if row is None:
             return Status(False, 0, None, None, self.policy.max_expiry_seconds, self.policy.entry_cap, 0, None)
         last = ErasureRecord(row.erasure_at, Erasure(row.erasure)) if row.erasure else None
@@ -494,7 +494,7 @@ class Store:
                 refusal = admission.hourly_refusal(used, units, self.policy)
             if refusal is not None:
                 await self._record(
-                    conn, operation, "refused", reason=refusal, scope_id=sid, generation=generation, at=now
+                    conn, operation, Result.REFUSED, reason=refusal, scope_id=sid, generation=generation, at=now
                 )
                 raise _Refused(refusal)
             if explicit:
@@ -541,7 +541,7 @@ class Store:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
             admitted = [(admit_fact(f.text, self.policy), admit_embedding(f.embedding)) for f in facts]
         except GovernedMemoryError as refused:
-            await self._refuse("write", refused.reason, scope_id=sid)
+            await self._refuse(Operation.WRITE, refused.reason, scope_id=sid)
         now = clock.now()
         texts = list(dict.fromkeys(fact for fact, _ in admitted))
         async with self._transaction() as conn:
@@ -568,7 +568,7 @@ class Store:
                     refusal = Reason.ENTRY_CAP_REACHED
             if refusal is not None:
                 await self._record(
-                    conn, "write", "refused", reason=refusal, scope_id=sid, generation=generation, at=now
+                    conn, Operation.WRITE, Result.REFUSED, reason=refusal, scope_id=sid, generation=generation, at=now
                 )
                 raise _Refused(refusal)
             lifetime = timedelta(seconds=expiry_seconds(expires_in, self.policy, state.max_expiry_seconds))
@@ -589,7 +589,9 @@ class Store:
                         for fact, vector in new.items()
                     ],
                 )
-            await self._record(conn, "write", "ok", scope_id=sid, generation=generation, count=len(new), at=now)
+            await self._record(
+                conn, Operation.WRITE, Result.OK, scope_id=sid, generation=generation, count=len(new), at=now
+            )
         return [known[fact] for fact, _ in admitted]
 
     async def search(
@@ -607,7 +609,7 @@ class Store:
             if not -1.0 <= float(min_score) <= 1.0:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
         except GovernedMemoryError as refused:
-            await self._refuse("search", refused.reason, scope_id=sid)
+            await self._refuse(Operation.SEARCH, refused.reason, scope_id=sid)
         now = clock.now()
         distance = entries.c.embedding.cosine_distance(query)
         hits = (
@@ -634,7 +636,7 @@ class Store:
             refusal = fence(_state(rows[0]) if rows else None, generation, now)
             if refusal is not None:
                 await self._record(
-                    conn, "search", "refused", reason=refusal, scope_id=sid, generation=generation, at=now
+                    conn, Operation.SEARCH, Result.REFUSED, reason=refusal, scope_id=sid, generation=generation, at=now
                 )
                 raise _Refused(refusal)
             found = [
@@ -642,7 +644,9 @@ class Store:
                 for r in rows
                 if r.entry_id is not None
             ]
-            await self._record(conn, "search", "ok", scope_id=sid, generation=generation, count=len(found), at=now)
+            await self._record(
+                conn, Operation.SEARCH, Result.OK, scope_id=sid, generation=generation, count=len(found), at=now
+            )
         return found
 
     # -- conversation turns (auto-save input, R36) --------------------------------------------------
@@ -695,7 +699,7 @@ class Store:
             refusal = fence(await self._scope_state(conn, sid, lock=False), generation, now)
             if refusal is not None:
                 await self._record(
-                    conn, "collect", "refused", reason=refusal, scope_id=sid, generation=generation, at=now
+                    conn, Operation.COLLECT, Result.REFUSED, reason=refusal, scope_id=sid, generation=generation, at=now
                 )
                 raise _Refused(refusal)
             this_session = [turns.c.scope_id == sid, turns.c.session_ref == turn_ref(session_id)]
@@ -707,7 +711,9 @@ class Store:
                     .returning(turns.c.invocation_ref, turns.c.recalled)
                 )
             ).all()
-            await self._record(conn, "collect", "ok", scope_id=sid, generation=generation, count=len(taken), at=now)
+            await self._record(
+                conn, Operation.COLLECT, Result.OK, scope_id=sid, generation=generation, count=len(taken), at=now
+            )
         return [Turn(refs[row.invocation_ref], row.recalled) for row in taken]
 
     # -- control plane (the subject's own requests; not fenced by generation) ---------------------
@@ -721,7 +727,7 @@ class Store:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
             after = _decode_cursor(key, cursor) if cursor is not None else None
         except GovernedMemoryError as refused:
-            await self._refuse("inspect", refused.reason, scope_id=sid)
+            await self._refuse(Operation.INSPECT, refused.reason, scope_id=sid)
         now = clock.now()
         query = (
             select(entries.c.entry_id, entries.c.text, entries.c.created_at, entries.c.expires_at)
@@ -733,7 +739,7 @@ class Store:
             query = query.where(tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(*after))
         async with self._transaction(durable=False) as conn:
             rows = (await conn.execute(query)).all()
-            await self._record(conn, "inspect", "ok", scope_id=sid, count=min(len(rows), limit), at=now)
+            await self._record(conn, Operation.INSPECT, Result.OK, scope_id=sid, count=min(len(rows), limit), at=now)
         page = [Entry(r.entry_id, r.text, str(key.room), r.created_at, r.expires_at) for r in rows[:limit]]
         more = len(rows) > limit
         return Page(page, _encode_cursor(key, page[-1].created_at, page[-1].entry_id) if more else None)
@@ -743,18 +749,18 @@ class Store:
         generation advances, so stale work cannot re-add what was forgotten. Refuses ``not_found``
         (no such entry in this scope) and, during an unfinished erasure, ``erasure_pending``/``erasure_failed``."""
         if not isinstance(entry_id, uuid.UUID):
-            await self._refuse("forget", Reason.BAD_INPUT, scope_id=key.scope_id)
-        return await self._erase(key.scope_id, "forget", entry_id=entry_id, resume=True)
+            await self._refuse(Operation.FORGET, Reason.BAD_INPUT, scope_id=key.scope_id)
+        return await self._erase(key.scope_id, Operation.FORGET, entry_id=entry_id, resume=True)
 
     async def forget_all(self, key: ScopeKey) -> Erased:
         """Erase every entry of ``key`` and verify none is left; consent stays as it was (R13).
         Also completes an unfinished erasure."""
-        return await self._erase(key.scope_id, "forget_all", entry_id=None, resume=True)
+        return await self._erase(key.scope_id, Operation.FORGET_ALL, entry_id=None, resume=True)
 
     async def off(self, key: ScopeKey) -> Erased:
         """Withdraw consent, first (disable and advance the generation in one statement), then erase
         and verify (R8, R13). The scope stays disabled until a new grant."""
-        return await self._erase(key.scope_id, "off", entry_id=None, resume=False)
+        return await self._erase(key.scope_id, Operation.OFF, entry_id=None, resume=False)
 
     async def offboard(self, principal: Principal) -> Offboarded:
         """Disable every scope of ``principal`` (all agents, all rooms) in one statement, then erase and
@@ -769,20 +775,22 @@ class Store:
                     .returning(scopes.c.scope_id, scopes.c.generation)
                 )
             ).all()
-            await self._record(conn, "offboard_fence", "ok", count=len(fenced), at=now)
+            await self._record(conn, Operation.OFFBOARD_FENCE, Result.OK, count=len(fenced), at=now)
         erased, failed = 0, 0
         for sid, generation in sorted(fenced):
             try:
-                erased += await self._clear(sid, generation, "offboard", entry_id=None)
+                erased += await self._clear(sid, generation, Operation.OFFBOARD, entry_id=None)
             except GovernedMemoryError:
                 failed += 1
         if failed:
             with suppress(GovernedMemoryError):
                 async with self._transaction() as conn:
-                    await self._record(conn, "offboard", "failed", reason=Reason.ERASURE_FAILED, count=failed)
+                    await self._record(
+                        conn, Operation.OFFBOARD, Result.FAILED, reason=Reason.ERASURE_FAILED, count=failed
+                    )
             raise GovernedMemoryError(Reason.ERASURE_FAILED)
         async with self._transaction() as conn:
-            await self._record(conn, "offboard", "ok", count=len(fenced))
+            await self._record(conn, Operation.OFFBOARD, Result.OK, count=len(fenced))
         return Offboarded(len(fenced), erased)
 
     async def sweep(self, *, batch: int = 5000) -> int:
@@ -825,7 +833,7 @@ class Store:
                     | (turns.c.at <= now - timedelta(seconds=self.policy.max_expiry_seconds)),
                 )
             )
-            await self._record(conn, "sweep", "ok", count=total, at=now)
+            await self._record(conn, Operation.SWEEP, Result.OK, count=total, at=now)
         return total
 
     async def claim_once(self, jti: str, valid_until: datetime) -> None:
@@ -839,7 +847,7 @@ class Store:
                 .returning(replays.c.jti)
             )
             if claimed is None:
-                await self._record(conn, "claim", "refused", reason=Reason.ASSERTION_REPLAYED)
+                await self._record(conn, Operation.CLAIM, Result.REFUSED, reason=Reason.ASSERTION_REPLAYED)
                 raise _Refused(Reason.ASSERTION_REPLAYED)
 
     # -- erasure ----------------------------------------------------------------------------------
@@ -860,7 +868,7 @@ class Store:
             "updated_at": now,
         }
 
-    async def _erase(self, sid: uuid.UUID, operation: str, *, entry_id: uuid.UUID | None, resume: bool) -> Erased:
+    async def _erase(self, sid: uuid.UUID, operation: Operation, *, entry_id: uuid.UUID | None, resume: bool) -> Erased:
         now = clock.now()
         async with self._transaction() as conn:
             state = await self._scope_state(conn, sid, lock=True)
@@ -875,10 +883,10 @@ class Store:
                 ):
                     refusal = Reason.NOT_FOUND
                 if refusal is not None:
-                    await self._record(conn, operation, "refused", reason=refusal, scope_id=sid, at=now)
+                    await self._record(conn, operation, Result.REFUSED, reason=refusal, scope_id=sid, at=now)
                     raise _Refused(refusal)
             if state is None:  # never consented: nothing to fence or erase
-                await self._record(conn, operation, "ok", scope_id=sid, count=0, at=now)
+                await self._record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
                 return Erased(0, 0)
             generation = await conn.scalar(
                 update(scopes)
@@ -888,7 +896,7 @@ class Store:
             )
         return Erased(generation, await self._clear(sid, generation, operation, entry_id=entry_id))
 
-    async def _clear(self, sid: uuid.UUID, generation: int, operation: str, *, entry_id: uuid.UUID | None) -> int:
+    async def _clear(self, sid: uuid.UUID, generation: int, operation: Operation, *, entry_id: uuid.UUID | None) -> int:
         """Delete, verify in a fresh transaction, then settle the fenced scope. Any failure leaves it
         disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
         target = [entries.c.scope_id == sid]
@@ -909,14 +917,23 @@ class Store:
                     .values(enabled=scopes.c.resume, erasure=Erasure.VERIFIED.value, erasure_at=now, updated_at=now)
                 )
                 await self._record(
-                    conn, operation, "ok", scope_id=sid, generation=generation, count=erased, entry_id=entry_id, at=now
+                    conn,
+                    operation,
+                    Result.OK,
+                    scope_id=sid,
+                    generation=generation,
+                    count=erased,
+                    entry_id=entry_id,
+                    at=now,
                 )
             return erased
         except Exception:  # whatever failed, the scope stays disabled (R9)
             await self._mark_failed(sid, generation, operation, entry_id)
             raise GovernedMemoryError(Reason.ERASURE_FAILED) from None
 
-    async def _mark_failed(self, sid: uuid.UUID, generation: int, operation: str, entry_id: uuid.UUID | None) -> None:
+    async def _mark_failed(
+        self, sid: uuid.UUID, generation: int, operation: Operation, entry_id: uuid.UUID | None
+    ) -> None:
         """Best effort: if the database is gone too, the scope stays ``pending``, which is just as disabled."""
         now = clock.now()
         with suppress(GovernedMemoryError):
@@ -929,7 +946,7 @@ class Store:
                 await self._record(
                     conn,
                     operation,
-                    "failed",
+                    Result.FAILED,
                     reason=Reason.ERASURE_FAILED,
                     scope_id=sid,
                     generation=generation,
