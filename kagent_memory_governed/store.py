@@ -873,14 +873,9 @@ class Store:
         async with self._transaction() as conn:
             state = await self._scope_state(conn, sid, lock=True)
             if entry_id is not None:
-                refusal = None
-                if state is not None and state.erasure is Erasure.PENDING:
-                    refusal = Reason.ERASURE_PENDING
-                elif state is not None and state.erasure is Erasure.FAILED:
-                    refusal = Reason.ERASURE_FAILED
-                elif state is None or not await conn.scalar(
-                    select(literal(True)).where(entries.c.scope_id == sid, entries.c.entry_id == entry_id)
-                ):
+                refusal = grant_refusal(state)  # an unfinished erasure first, as for a grant
+                held = select(literal(True)).where(entries.c.scope_id == sid, entries.c.entry_id == entry_id)
+                if refusal is None and (state is None or not await conn.scalar(held)):
                     refusal = Reason.NOT_FOUND
                 if refusal is not None:
                     await self._record(conn, operation, Result.REFUSED, reason=refusal, scope_id=sid, at=now)
