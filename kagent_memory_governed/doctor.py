@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import sys
+from collections.abc import Callable
 from typing import NamedTuple, TextIO
 
 from pydantic import ValidationError
@@ -34,30 +35,12 @@ def _policy(settings: Settings) -> tuple[Check, Policy]:
         return Check("policy", False, "invalid_policy"), Policy()
 
 
-def _bridge_key(settings: Settings) -> Check:
-    from kagent_memory_governed.assertion import Trust
-
-    if not settings.bridge_public_key:
-        return Check("bridge_key", False, "missing")
+def _configured(name: str, check: Callable[[], object]) -> Check:
     try:
-        Trust.load_public_key(settings.bridge_public_key)
-    except OSError:
-        return Check("bridge_key", False, "unreadable")
-    except (ValueError, TypeError):
-        return Check("bridge_key", False, "not_ed25519_public_key")
-    return Check("bridge_key", True)
-
-
-def _agent_identity(settings: Settings) -> Check:
-    from kagent_memory_governed.scope import AgentId
-
-    if not settings.kagent_namespace or not settings.kagent_name:
-        return Check("agent_identity", False, "missing")
-    try:
-        AgentId.parse(f"{settings.kagent_namespace}/{settings.kagent_name}")
-    except Exception:
-        return Check("agent_identity", False, "invalid")
-    return Check("agent_identity", True)
+        check()
+    except ConfigurationError as error:
+        return Check(name, False, error.code)
+    return Check(name, True)
 
 
 async def _database(settings: Settings, policy: Policy) -> Check:
@@ -80,13 +63,12 @@ async def _database(settings: Settings, policy: Policy) -> Check:
 
 
 def _activation() -> Check:
-    from kagent_memory_governed import activation
+    from kagent_memory_governed.adk.runtime import active
 
-    if activation._runtime is None:
+    runtime = active()
+    if runtime is None:
         return Check("governed_memory_active", False, "not_activated")
-    from kagent_memory_governed.adk.integration import in_charge
-
-    if not in_charge(activation._runtime):
+    if not runtime.in_charge():
         return Check("governed_memory_active", False, "upstream_memory_active")
     return Check("governed_memory_active", True)
 
@@ -96,10 +78,10 @@ async def run(settings: Settings) -> list[Check]:
     policy_check, policy = _policy(settings)
     return [
         policy_check,
-        _bridge_key(settings),
+        _configured("bridge_key", settings.bridge_key),
         Check("bridge_issuer", bool(settings.bridge_issuer), None if settings.bridge_issuer else "missing"),
         Check("homeserver", bool(settings.homeserver), None if settings.homeserver else "missing"),
-        _agent_identity(settings),
+        _configured("agent_identity", settings.agent),
         await _database(settings, policy),
         _activation(),
     ]

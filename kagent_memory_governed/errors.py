@@ -85,7 +85,12 @@ class GovernedMemoryError(Exception):
 
 
 class ConfigurationError(ValueError):
-    """Start-up only: configuration is missing or invalid; the message names the setting, never its value."""
+    """Start-up only: configuration is missing or invalid; the message names the setting, never its value.
+    ``code`` is a content-free category for reports (``missing``, ``invalid``, ...)."""
+
+    def __init__(self, message: str, *, code: str = "invalid") -> None:
+        super().__init__(message)
+        self.code = code
 
 
 class PolicyError(ConfigurationError):

@@ -6,10 +6,14 @@ import os
 from pathlib import Path
 
 import platformdirs
-from pydantic import Field, field_validator, model_validator
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import Field, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
+from kagent_memory_governed.assertion import Trust
+from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError
 from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.scope import AgentId
 
 PREFIX = "KAGENT_GOVERNED_MEMORY_"
 # Read by this repository's tooling, not by the package: ./dev and the test suite.
@@ -50,6 +54,58 @@ class Settings(BaseSettings):
             raise ValueError(f"unknown setting {unknown[0]}")
         return self
 
+    @classmethod
+    def load(cls) -> Settings:
+        """The settings from the environment; ``ConfigurationError`` naming what is wrong, never a value."""
+        try:
+            return cls()
+        except ValidationError as error:
+            problems = [".".join(map(str, p["loc"])) or p["msg"].removeprefix("Value error, ") for p in error.errors()]
+            raise ConfigurationError(f"invalid settings: {', '.join(problems)}") from None
+
     def load_policy(self) -> Policy:
         """The effective policy: the ceilings, lowered by the policy file if one is configured."""
         return Policy.from_file(self.policy) if self.policy else Policy()
+
+    def bridge_key(self) -> Ed25519PublicKey:
+        """The bridge's public key. Refuses (``ConfigurationError``, naming the setting, with a ``code``)
+        a missing, unreadable or non-Ed25519 key and one that is not a point of prime order."""
+        name = PREFIX + "BRIDGE_PUBLIC_KEY"
+        if not self.bridge_public_key:
+            raise ConfigurationError(f"governed memory needs {name}", code="missing")
+        try:
+            return Trust.load_public_key(self.bridge_public_key)
+        except OSError:
+            raise ConfigurationError(f"{name}: unreadable", code="unreadable") from None
+        except (ValueError, TypeError):
+            message = f"{name}: not an Ed25519 public key (PEM) of prime order"
+            raise ConfigurationError(message, code="not_ed25519_public_key") from None
+
+    def agent(self) -> AgentId:
+        """This agent's ``<namespace>/<name>`` from kagent's ``KAGENT_NAMESPACE`` and ``KAGENT_NAME``."""
+        if not self.kagent_namespace or not self.kagent_name:
+            raise ConfigurationError("governed memory needs KAGENT_NAMESPACE, KAGENT_NAME", code="missing")
+        try:
+            return AgentId.parse(f"{self.kagent_namespace}/{self.kagent_name}")
+        except GovernedMemoryError:
+            raise ConfigurationError(
+                "KAGENT_NAMESPACE/KAGENT_NAME: not a valid agent identity", code="invalid"
+            ) from None
+
+    def trust(self) -> Trust:
+        """What every scope header and control token is verified against: the bridge's key and issuer,
+        this agent, the local homeserver. Refuses incomplete or invalid settings, naming them, never values."""
+        missing = [
+            name
+            for name, value in (
+                (PREFIX + "BRIDGE_PUBLIC_KEY", self.bridge_public_key),
+                (PREFIX + "BRIDGE_ISSUER", self.bridge_issuer),
+                (PREFIX + "HOMESERVER", self.homeserver),
+                ("KAGENT_NAMESPACE", self.kagent_namespace),
+                ("KAGENT_NAME", self.kagent_name),
+            )
+            if not value
+        ]
+        if missing:
+            raise ConfigurationError(f"governed memory needs {', '.join(missing)}", code="missing")
+        return Trust(self.bridge_key(), self.bridge_issuer, self.agent(), self.homeserver)

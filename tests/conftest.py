@@ -73,7 +73,7 @@ def runtime(store: Store, bridge, embedder):
     """Governed memory installed into this test process, once: kagent-adk's own classes are replaced."""
     from bridge import HOMESERVER, ISSUER
 
-    from kagent_memory_governed.activation import install
+    from kagent_memory_governed import install
     from kagent_memory_governed.settings import Settings
 
     settings = Settings(bridge_public_key=bridge.public_pem, bridge_issuer=ISSUER, homeserver=HOMESERVER)

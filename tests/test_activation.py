@@ -93,8 +93,8 @@ async def test_with_a_controller_no_request_reaches_api_memories(
 
 PROBE = """
 import kagent.adk._a2a as a, kagent.adk.tools.memory_tools as t
-import kagent_memory_governed.activation as activation
-runtime = activation._runtime
+import kagent_memory_governed.adk.runtime
+runtime = kagent_memory_governed.adk.runtime.active()
 if runtime is None:
     print("inactive", a.KagentMemoryService.__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)
 elif runtime.mode == "entry-point":

@@ -14,7 +14,8 @@ from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_pri
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kagent_memory_governed import activation, doctor
+from kagent_memory_governed import doctor
+from kagent_memory_governed.adk import runtime as runtime_module
 from kagent_memory_governed.settings import Settings
 
 CHECKS = [
@@ -86,7 +87,7 @@ async def test_a_bridge_key_that_is_not_a_readable_ed25519_key_fails(
 
 
 def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setattr(activation, "_runtime", None)  # as in a process that was never activated
+    monkeypatch.setattr(runtime_module, "_active", None)  # as in a process that was never activated
     monkeypatch.setenv("KAGENT_NAME", "Not_A_Valid_Name")
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"entry_cap": 500}))

@@ -1,9 +1,17 @@
-"""How governed memory enters a kagent-adk process, in either of two modes:
+"""How governed memory enters a kagent-adk process, in either of two modes (``runtime.Mode``):
 
 - ``entry-point``: kagent-adk has the memory plugin surface (upstream patch 0001 in ``patches/``);
-  ``GovernedMemoryPlugin`` answers its hooks and nothing in kagent is replaced;
+  ``runtime.GovernedMemoryPlugin`` answers its hooks and nothing in kagent is replaced;
 - ``runtime-patching``: pinned, unmodified kagent-adk 0.9.11; ``patch_kagent`` replaces by name the
-  classes and functions the plugin hooks stand for.
+  classes and functions the plugin hooks stand for:
+
+  - ``kagent.adk._a2a.KagentMemoryService``       -> a factory returning the ``GovernedMemoryService``
+  - ``kagent.adk._a2a.Runner``                    -> a Runner that gets the governed service even in local mode
+  - ``kagent.adk._a2a.KAgentRequestContextBuilder`` -> binds the verified ``X-Memory-Scope`` per request
+  - ``AgentConfig._configure_memory``             -> governed tools, instruction and auto-save callback
+  - upstream's memory tool classes in their modules -> the governed subclasses
+  - ``KAgentApp.build``                           -> also mounts ``/memory/v1``, the memory-work middleware,
+                                                    and checks the store at start-up
 
 Both modes use the same pieces: one memory service, the governed Runner, the request context builder
 binding the verified scope, the governed tools, and the app's control API, middleware and start-up check.
@@ -13,7 +21,7 @@ from __future__ import annotations
 
 import importlib.util
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from google.adk.runners import Runner
 
@@ -21,21 +29,15 @@ from kagent_memory_governed import control, redaction
 from kagent_memory_governed.adk import tools
 from kagent_memory_governed.adk.boundary import RecallBoundary
 from kagent_memory_governed.adk.request import context_builder
-from kagent_memory_governed.adk.service import GovernedMemoryService, kagent_embedder
+from kagent_memory_governed.adk.service import GovernedMemoryService
 
-PLUGIN_NAME = "governed"  # the entry point name in the kagent.adk.memory group
+if TYPE_CHECKING:
+    from kagent_memory_governed.adk.runtime import Runtime
 
 
 def upstream_has_plugins() -> bool:
     """Whether the installed kagent-adk has the memory plugin surface of upstream patch 0001."""
     return importlib.util.find_spec("kagent.adk.memory_plugin") is not None
-
-
-def use_embedding(service: GovernedMemoryService, embedding_config: Any) -> GovernedMemoryService:
-    """The Agent's ``memory.embedding`` configures the embedder unless one was given at activation."""
-    if service._embedder is None and embedding_config is not None:
-        service._embedder = kagent_embedder(embedding_config)
-    return service
 
 
 def governed_runner(service: GovernedMemoryService) -> type[Runner]:
@@ -46,13 +48,8 @@ def governed_runner(service: GovernedMemoryService) -> type[Runner]:
     class GovernedRunner(Runner):
         def __init__(self, **kwargs: Any) -> None:
             kwargs["memory_service"] = service
-            boundary = RecallBoundary()  # first, so no other plugin's answer can skip it
-            if kwargs.get("app") is not None:
-                app = kwargs["app"]
-                kwargs["app"] = app.model_copy(update={"plugins": [boundary, *app.plugins]})
-            else:
-                kwargs["plugins"] = [boundary, *(kwargs.get("plugins") or [])]
             super().__init__(**kwargs)
+            self.plugin_manager.plugins.insert(0, RecallBoundary())  # first: no other plugin's answer skips it
 
         async def run_async(self, *args: Any, **kwargs: Any) -> Any:
             try:
@@ -66,7 +63,7 @@ def governed_runner(service: GovernedMemoryService) -> type[Runner]:
     return GovernedRunner
 
 
-def configure_app(app: Any, runtime: Any) -> None:
+def configure_app(app: Any, runtime: Runtime) -> None:
     """The memory-work middleware, ``/memory/v1``, and a start-up that fails unless the store is ready."""
     app.add_middleware(redaction.MemoryWorkMiddleware)
     control.mount(app, runtime.store, runtime.trust)
@@ -82,42 +79,8 @@ def configure_app(app: Any, runtime: Any) -> None:
     app.router.lifespan_context = lifespan
 
 
-class GovernedMemoryPlugin:
-    """The ``kagent.adk.memory`` entry point: upstream's plugin hooks, answered by the activated runtime."""
-
-    @staticmethod
-    def _runtime() -> Any:
-        from kagent_memory_governed.activation import install
-
-        return install()
-
-    def create_memory_service(self, *, app_name: str, agent_config: Any, http_client: Any) -> GovernedMemoryService:
-        memory = agent_config.memory if agent_config is not None else None
-        return use_embedding(self._runtime().service, memory.embedding if memory is not None else None)
-
-    def configure_agent(self, agent_config: Any, agent: Any) -> None:
-        tools.configure_memory(agent_config, agent)
-
-    def request_context_builder(self, task_store: Any) -> Any:
-        return context_builder(self._runtime().trust)(task_store=task_store)
-
-    @property
-    def runner_class(self) -> type[Runner]:
-        return governed_runner(self._runtime().service)
-
-    def configure_app(self, app: Any) -> None:
-        configure_app(app, self._runtime())
-
-
-plugin = GovernedMemoryPlugin()
-
-
-def in_charge(runtime: Any) -> bool:
-    """Whether kagent-adk, as loaded in this process, builds memory from governed pieces only."""
-    if runtime.mode == "entry-point":
-        from kagent.adk.memory_plugin import load_memory_plugin
-
-        return load_memory_plugin() is plugin
+def patched() -> bool:
+    """Whether unmodified kagent-adk, as loaded in this process, has its memory pieces replaced."""
     import kagent.adk._a2a as a2a
     from kagent.adk._memory_service import KagentMemoryService
     from kagent.adk.types import AgentConfig
@@ -127,8 +90,8 @@ def in_charge(runtime: Any) -> bool:
     )
 
 
-def patch_kagent(runtime: Any) -> None:
-    """Runtime-patching mode: replace by name what each plugin hook stands for (see activation)."""
+def patch_kagent(runtime: Runtime) -> None:
+    """Runtime-patching mode: replace by name what each plugin hook stands for (the module docstring)."""
     import kagent.adk._a2a as a2a
     import kagent.adk.tools.memory_tools as memory_tools
     import kagent.adk.tools.prefetch_memory_tool as prefetch_tool
@@ -138,11 +101,12 @@ def patch_kagent(runtime: Any) -> None:
     upstream_build = a2a.KAgentApp.build
 
     def memory_service_factory(*, embedding_config: Any = None, **_: Any) -> GovernedMemoryService:
-        return use_embedding(service, embedding_config)  # kagent's controller client is never used
+        service.configure_embedding(embedding_config)  # kagent's controller client is never used
+        return service
 
     def build(self: Any, local: bool = False) -> Any:
         if self.agent_config is not None and self.agent_config.memory is not None:
-            use_embedding(service, self.agent_config.memory.embedding)
+            service.configure_embedding(self.agent_config.memory.embedding)
         app = upstream_build(self, local=local)
         configure_app(app, runtime)
         return app

@@ -55,6 +55,12 @@ class GovernedMemoryService(BaseMemoryService):
         self._embedder = embedder
         self._background: set[asyncio.Task[None]] = set()
 
+    def configure_embedding(self, config: EmbeddingConfig | None) -> None:
+        """Embed with upstream's client for the Agent's ``memory.embedding``, unless an embedder was
+        given at activation (tests, BYO agents) or one is configured already."""
+        if self._embedder is None and config is not None:
+            self._embedder = kagent_embedder(config)
+
     # -- google-adk / kagent entry points --------------------------------------------------------
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:

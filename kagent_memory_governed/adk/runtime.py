@@ -1,0 +1,114 @@
+"""The process runtime: one store, one trust, one memory service, installed once per process (R31).
+
+``install()`` builds it and puts it in charge of kagent-adk: with kagent-adk's memory plugin surface
+(upstream patch 0001 in ``patches/``) by selecting this package's ``kagent.adk.memory`` entry point,
+``plugin``; on unmodified kagent-adk 0.9.11 by ``integration.patch_kagent``. ``active()`` is the way to
+reach it. Upstream's ``KagentMemoryService`` and memory tools are then never constructed; activation
+never falls back to upstream memory.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from google.adk.runners import Runner
+
+from kagent_memory_governed import redaction
+from kagent_memory_governed.adk import integration, tools
+from kagent_memory_governed.adk.request import context_builder
+from kagent_memory_governed.adk.service import Embedder, GovernedMemoryService
+from kagent_memory_governed.assertion import Trust
+from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.store import Store
+
+PLUGIN_NAME = "governed"  # the entry point name in the kagent.adk.memory group
+
+
+class Mode(StrEnum):
+    """How the runtime is in charge of kagent-adk."""
+
+    ENTRY_POINT = "entry-point"  # kagent-adk with the memory plugin surface loads ``plugin``
+    RUNTIME_PATCHING = "runtime-patching"  # pinned, unmodified kagent-adk: replaced by name
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What an activated process holds."""
+
+    settings: Settings
+    trust: Trust
+    store: Store
+    service: GovernedMemoryService
+    mode: Mode
+
+    def in_charge(self) -> bool:
+        """Whether kagent-adk, as loaded in this process, builds memory from governed pieces only."""
+        if self.mode is Mode.ENTRY_POINT:
+            from kagent.adk.memory_plugin import load_memory_plugin
+
+            return load_memory_plugin() is plugin
+        return integration.patched()
+
+
+_active: Runtime | None = None
+
+
+def active() -> Runtime | None:
+    """The runtime installed in this process, or ``None`` before ``install()``."""
+    return _active
+
+
+def install(
+    *, settings: Settings | None = None, store: Store | None = None, embedder: Embedder | None = None
+) -> Runtime:
+    """Activate governed memory in this process; idempotent. Raises ``ConfigurationError`` when the
+    configuration is incomplete or invalid. ``store`` and ``embedder`` are for embedding and tests; by
+    default the store comes from the settings and the embedder from each Agent's ``memory.embedding``."""
+    global _active
+    if _active is not None:
+        return _active
+    settings = settings or Settings.load()
+    trust = settings.trust()
+    if store is None:
+        from kagent_memory_governed.embedded import database_url
+
+        store = Store.connect(database_url(settings), settings.load_policy())
+    redaction.install()
+    mode = Mode.ENTRY_POINT if integration.upstream_has_plugins() else Mode.RUNTIME_PATCHING
+    runtime = Runtime(settings, trust, store, GovernedMemoryService(store, embedder), mode)
+    if mode is Mode.ENTRY_POINT:
+        os.environ["KAGENT_MEMORY_PLUGIN"] = PLUGIN_NAME  # kagent-adk loads ``plugin`` itself
+    else:
+        integration.patch_kagent(runtime)
+    _active = runtime
+    return runtime
+
+
+class GovernedMemoryPlugin:
+    """The ``kagent.adk.memory`` entry point: upstream's plugin hooks, answered by the installed runtime
+    (installing it from the environment if kagent-adk loads the plugin first)."""
+
+    def create_memory_service(self, *, app_name: str, agent_config: Any, http_client: Any) -> GovernedMemoryService:
+        memory = agent_config.memory if agent_config is not None else None
+        service = install().service
+        service.configure_embedding(memory.embedding if memory is not None else None)
+        return service
+
+    def configure_agent(self, agent_config: Any, agent: Any) -> None:
+        tools.configure_memory(agent_config, agent)
+
+    def request_context_builder(self, task_store: Any) -> Any:
+        return context_builder(install().trust)(task_store=task_store)
+
+    @property
+    def runner_class(self) -> type[Runner]:
+        return integration.governed_runner(install().service)
+
+    def configure_app(self, app: Any) -> None:
+        integration.configure_app(app, install())
+
+
+plugin = GovernedMemoryPlugin()
