@@ -25,6 +25,7 @@ from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from importlib.resources import files
+from typing import NoReturn
 
 import asyncpg
 from sqlalchemy import Row, case, delete, func, insert, literal, select, text, true, tuple_, update
@@ -285,11 +286,33 @@ class Store:
             )
         )
 
-    async def _refuse(self, operation: str, reason: Reason, *, scope_id: uuid.UUID | None = None) -> None:
-        """Record a refusal decided before any transaction, then raise it."""
-        async with self._transaction() as conn:
-            await self._record(conn, operation, Result.REFUSED, reason=reason, scope_id=scope_id)
-            raise _Refused(reason)
+    @classmethod
+    async def _refuse(
+        cls,
+        conn: AsyncConnection,
+        operation: str,
+        reason: Reason,
+        *,
+        scope_id: uuid.UUID | None = None,
+        generation: int | None = None,
+        at: datetime | None = None,
+    ) -> NoReturn:
+        """Refuse with a ledger row: record ``reason`` against ``operation``, then raise it. The
+        transaction still commits, the row with it, before ``_transaction`` raises the reason."""
+        await cls._record(
+            conn, operation, Result.REFUSED, reason=reason, scope_id=scope_id, generation=generation, at=at
+        )
+        raise _Refused(reason)
+
+    @asynccontextmanager
+    async def _checking(self, operation: str, *, scope_id: uuid.UUID) -> AsyncIterator[None]:
+        """Checks on input before any transaction: a ``GovernedMemoryError`` raised inside is refused
+        with a ledger row of its own."""
+        try:
+            yield
+        except GovernedMemoryError as refused:
+            async with self._transaction() as conn:
+                await self._refuse(conn, operation, refused.reason, scope_id=scope_id)
 
     @staticmethod
     async def _scope_state(conn: AsyncConnection, scope_id: uuid.UUID, *, lock: bool) -> ScopeState | None:
@@ -367,13 +390,11 @@ class Store:
         """Enable ``key`` for a purpose under a policy version and advance its generation (R6, R7).
         Refuses ``bad_input`` labels and, while an erasure is unfinished, ``erasure_pending``/``erasure_failed``."""
         sid = key.scope_id
-        try:
+        async with self._checking(Operation.GRANT, scope_id=sid):
             admit_label(purpose)
             admit_label(policy_version)
             if valid_until is not None and valid_until.tzinfo is None:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
-        except GovernedMemoryError as refused:
-            await self._refuse(Operation.GRANT, refused.reason, scope_id=sid)
         now = clock.now()
         async with self._transaction() as conn:
             await conn.execute(
@@ -396,8 +417,7 @@ class Store:
             )
             refusal = grant_refusal(await self._scope_state(conn, sid, lock=True))
             if refusal is not None:
-                await self._record(conn, Operation.GRANT, Result.REFUSED, reason=refusal, scope_id=sid, at=now)
-                raise _Refused(refusal)
+                await self._refuse(conn, Operation.GRANT, refusal, scope_id=sid, at=now)
             generation = await conn.scalar(
                 update(scopes)
                 .where(scopes.c.scope_id == sid)
@@ -470,12 +490,10 @@ class Store:
         Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``. ``write`` and ``search`` fence
         again in their own transaction: admission is a gate, not the fence."""
         sid = key.scope_id
-        try:
+        async with self._checking(operation, scope_id=sid):
             admit_generation(generation)
             if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= self.policy.entry_cap:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
-        except GovernedMemoryError as refused:
-            await self._refuse(operation, refused.reason, scope_id=sid)
         now = clock.now()
         bucket_id = key.sender_agent_id
         async with self._transaction() as conn:
@@ -493,10 +511,7 @@ class Store:
                 )
                 refusal = admission.hourly_refusal(used, units, self.policy)
             if refusal is not None:
-                await self._record(
-                    conn, operation, Result.REFUSED, reason=refusal, scope_id=sid, generation=generation, at=now
-                )
-                raise _Refused(refusal)
+                await self._refuse(conn, operation, refusal, scope_id=sid, generation=generation, at=now)
             if explicit:
                 await conn.execute(
                     update(buckets).where(buckets.c.bucket_id == bucket_id).values(tokens=tokens - 1.0, updated_at=now)
@@ -535,13 +550,11 @@ class Store:
         Expiry is ``min(expires_in, policy maximum, maximum consented to)`` from the application clock.
         """
         sid = key.scope_id
-        try:
+        async with self._checking(Operation.WRITE, scope_id=sid):
             admit_generation(generation)
             if not facts or len(facts) > self.policy.entry_cap:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
             admitted = [(admit_fact(f.text, self.policy), admit_embedding(f.embedding)) for f in facts]
-        except GovernedMemoryError as refused:
-            await self._refuse(Operation.WRITE, refused.reason, scope_id=sid)
         now = clock.now()
         texts = list(dict.fromkeys(fact for fact, _ in admitted))
         async with self._transaction() as conn:
@@ -567,10 +580,7 @@ class Store:
                 if new and live + len(new) > min(state.entry_cap, self.policy.entry_cap):
                     refusal = Reason.ENTRY_CAP_REACHED
             if refusal is not None:
-                await self._record(
-                    conn, Operation.WRITE, Result.REFUSED, reason=refusal, scope_id=sid, generation=generation, at=now
-                )
-                raise _Refused(refusal)
+                await self._refuse(conn, Operation.WRITE, refusal, scope_id=sid, generation=generation, at=now)
             lifetime = timedelta(seconds=expiry_seconds(expires_in, self.policy, state.max_expiry_seconds))
             known |= {fact: uuid.uuid4() for fact in new}
             if new:
@@ -601,15 +611,13 @@ class Store:
         each scoring at least ``min_score``. The fence and the entries are read in one statement,
         so one snapshot decides both. Refuses ``bad_input`` and a fenced-off generation."""
         sid = key.scope_id
-        try:
+        async with self._checking(Operation.SEARCH, scope_id=sid):
             admit_generation(generation)
             query = admit_embedding(embedding)
             if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= self.policy.entry_cap:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
             if not -1.0 <= float(min_score) <= 1.0:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
-        except GovernedMemoryError as refused:
-            await self._refuse(Operation.SEARCH, refused.reason, scope_id=sid)
         now = clock.now()
         distance = entries.c.embedding.cosine_distance(query)
         hits = (
@@ -635,10 +643,7 @@ class Store:
             rows = (await conn.execute(statement)).all()
             refusal = fence(_state(rows[0]) if rows else None, generation, now)
             if refusal is not None:
-                await self._record(
-                    conn, Operation.SEARCH, Result.REFUSED, reason=refusal, scope_id=sid, generation=generation, at=now
-                )
-                raise _Refused(refusal)
+                await self._refuse(conn, Operation.SEARCH, refusal, scope_id=sid, generation=generation, at=now)
             found = [
                 Hit(r.entry_id, r.text, 1.0 - r.distance, r.created_at, r.expires_at)
                 for r in rows
@@ -698,10 +703,7 @@ class Store:
         async with self._transaction() as conn:
             refusal = fence(await self._scope_state(conn, sid, lock=False), generation, now)
             if refusal is not None:
-                await self._record(
-                    conn, Operation.COLLECT, Result.REFUSED, reason=refusal, scope_id=sid, generation=generation, at=now
-                )
-                raise _Refused(refusal)
+                await self._refuse(conn, Operation.COLLECT, refusal, scope_id=sid, generation=generation, at=now)
             this_session = [turns.c.scope_id == sid, turns.c.session_ref == turn_ref(session_id)]
             await conn.execute(delete(turns).where(*this_session, turns.c.generation != generation))
             taken = (
@@ -722,12 +724,10 @@ class Store:
         """One page of the live entries of ``key``, oldest first, with a cursor for the next (R11).
         Refuses ``bad_input`` for a limit outside 1..50 and for a cursor not issued for this scope."""
         sid = key.scope_id
-        try:
+        async with self._checking(Operation.INSPECT, scope_id=sid):
             if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
             after = _decode_cursor(key, cursor) if cursor is not None else None
-        except GovernedMemoryError as refused:
-            await self._refuse(Operation.INSPECT, refused.reason, scope_id=sid)
         now = clock.now()
         query = (
             select(entries.c.entry_id, entries.c.text, entries.c.created_at, entries.c.expires_at)
@@ -748,8 +748,9 @@ class Store:
         """Erase exactly one entry and verify it unreadable (R12). Fences like every erasure: the
         generation advances, so stale work cannot re-add what was forgotten. Refuses ``not_found``
         (no such entry in this scope) and, during an unfinished erasure, ``erasure_pending``/``erasure_failed``."""
-        if not isinstance(entry_id, uuid.UUID):
-            await self._refuse(Operation.FORGET, Reason.BAD_INPUT, scope_id=key.scope_id)
+        async with self._checking(Operation.FORGET, scope_id=key.scope_id):
+            if not isinstance(entry_id, uuid.UUID):
+                raise GovernedMemoryError(Reason.BAD_INPUT)
         return await self._erase(key.scope_id, Operation.FORGET, entry_id=entry_id, resume=True)
 
     async def forget_all(self, key: ScopeKey) -> Erased:
@@ -847,8 +848,7 @@ class Store:
                 .returning(replays.c.jti)
             )
             if claimed is None:
-                await self._record(conn, Operation.CLAIM, Result.REFUSED, reason=Reason.ASSERTION_REPLAYED)
-                raise _Refused(Reason.ASSERTION_REPLAYED)
+                await self._refuse(conn, Operation.CLAIM, Reason.ASSERTION_REPLAYED)
 
     # -- erasure ----------------------------------------------------------------------------------
 
@@ -878,8 +878,7 @@ class Store:
                 if refusal is None and (state is None or not await conn.scalar(held)):
                     refusal = Reason.NOT_FOUND
                 if refusal is not None:
-                    await self._record(conn, operation, Result.REFUSED, reason=refusal, scope_id=sid, at=now)
-                    raise _Refused(refusal)
+                    await self._refuse(conn, operation, refusal, scope_id=sid, at=now)
             if state is None:  # never consented: nothing to fence or erase
                 await self._record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
                 return Erased(0, 0)
