@@ -34,6 +34,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+from sqlalchemy.schema import CreateSchema
 
 from kagent_memory_governed import admission, clock, redaction
 from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, fence, grant_refusal
@@ -342,7 +343,7 @@ class Store:
             installed = await conn.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
             if _version_tuple(installed) < MIN_PGVECTOR:  # only then: updating needs the extension's owner
                 await conn.execute(text("ALTER EXTENSION vector UPDATE"))
-            await conn.execute(text(f"CREATE SCHEMA IF NOT EXISTS {SCHEMA}"))
+            await conn.execute(CreateSchema(SCHEMA, if_not_exists=True))
             await conn.run_sync(upgrade)
         return await self.revision()
 
@@ -355,11 +356,13 @@ class Store:
 
     async def revision(self) -> str | None:
         """The schema revision in the database, or ``None`` before the first migration."""
+        from alembic.migration import MigrationContext
+
+        def current(sync_conn) -> str | None:  # alembic is synchronous; it reads on this connection
+            return MigrationContext.configure(sync_conn, opts={"version_table_schema": SCHEMA}).get_current_revision()
+
         async with self._transaction() as conn:
-            exists = await conn.scalar(select(func.to_regclass(f"{SCHEMA}.alembic_version")))
-            if exists is None:
-                return None
-            return await conn.scalar(text(f"SELECT version_num FROM {SCHEMA}.alembic_version"))
+            return await conn.run_sync(current)
 
     async def check_ready(self) -> None:
         """Refuse to serve unless the server and pgvector are supported (``unsupported_database``) and the
