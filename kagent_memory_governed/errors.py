@@ -47,9 +47,19 @@ class Reason(StrEnum):
 
 
 class Operation(StrEnum):
-    """What a ledger row records the store did. ``Store.admit`` records its caller's operation
-    (``load``, ``save``, ``autosave``, ...) as given; the ledger accepts ``[a-z_]{1,32}``."""
+    """What memory work did: the ledger's operation column (it accepts ``[a-z_]{1,32}``; ``Store.admit``
+    records its caller's operation) and the operation label of the metric."""
 
+    # the runtime's memory work, admitted by Store.admit and metered
+    ASSERTION = "assertion"
+    PREFETCH = "prefetch"
+    LOAD = "load"
+    SAVE = "save"
+    AUTOSAVE = "autosave"
+    SUMMARIZE = "summarize"
+    EMBED = "embed"
+    TURN = "turn"
+    # the store's own operations
     GRANT = "grant"
     STATUS = "status"
     WRITE = "write"
@@ -66,11 +76,13 @@ class Operation(StrEnum):
 
 
 class Result(StrEnum):
-    """How a recorded operation ended; a ``refused`` or ``failed`` row carries its ``Reason``."""
+    """How a recorded operation ended; a ``refused`` or ``failed`` row carries its ``Reason``.
+    ``admitted`` is for the metric only (a verified scope assertion), never a ledger row."""
 
     OK = "ok"
     REFUSED = "refused"
     FAILED = "failed"
+    ADMITTED = "admitted"
 
 
 class GovernedMemoryError(Exception):

@@ -8,18 +8,30 @@ from __future__ import annotations
 
 from opentelemetry import metrics
 
-from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.errors import Operation, Reason, Result
 
-OPERATIONS = frozenset({"assertion", "prefetch", "load", "save", "autosave", "summarize", "embed"})
-RESULTS = frozenset({"admitted", "refused", "failed", "ok"})
+OPERATIONS = frozenset(
+    {
+        Operation.ASSERTION,
+        Operation.PREFETCH,
+        Operation.LOAD,
+        Operation.SAVE,
+        Operation.AUTOSAVE,
+        Operation.SUMMARIZE,
+        Operation.EMBED,
+        Operation.TURN,
+    }
+)
+RESULTS = frozenset(Result)
 
 _counter = metrics.get_meter("kagent_memory_governed").create_counter(
     "governed_memory.operations", unit="{operation}", description="Governed memory operations by result"
 )
 
 
-def count(operation: str, result: str, reason: Reason | None = None, amount: int = 1) -> None:
+def count(operation: Operation, result: Result, reason: Reason | None = None, amount: int = 1) -> None:
     """Add ``amount`` to the counter for (operation, result, reason); unknown labels are a programming error."""
     if operation not in OPERATIONS or result not in RESULTS:
         raise ValueError("unbounded metric label")
-    _counter.add(amount, {"operation": operation, "result": result, "reason": reason.value if reason else "none"})
+    labels = {"operation": operation.value, "result": result.value, "reason": reason.value if reason else "none"}
+    _counter.add(amount, labels)

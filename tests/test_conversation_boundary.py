@@ -22,6 +22,7 @@ from openai import AsyncOpenAI
 
 from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.clock import now
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.store import Store
 
 ALICE = f"@alice:{HOMESERVER}"
@@ -223,3 +224,18 @@ async def test_a_provider_failure_inside_memory_work_answers_a_reason_code_only(
     assert SENTINEL not in answer and "lapsang" not in answer
     assert "model_failed" in answer
     assert not controller.received(SENTINEL) and not controller.received("lapsang")
+
+
+async def test_a_store_failure_at_the_end_of_a_turn_leaves_the_chat_running_and_collects_nothing(
+    runtime, conversation: Conversation, model: ScriptedModel, monkeypatch: pytest.MonkeyPatch
+):
+    await conversation.control("POST", "consent", "consent", {"purpose": "assist", "policy_version": "v1"})
+
+    async def unavailable(*args, **kwargs):
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE)
+
+    monkeypatch.setattr(runtime.store, "record_turn", unavailable)
+    for text in ["fact: I drink lapsang souchong", "a", "b", "c", "d"]:
+        assert '"state": "completed"' in await conversation.say(text)
+    await runtime.service.drain()
+    assert model.summaries == [] and await conversation.entries() == []

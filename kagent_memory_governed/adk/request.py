@@ -15,7 +15,7 @@ from kagent.core.a2a import KAgentRequestContextBuilder
 
 from kagent_memory_governed import clock, metering, redaction
 from kagent_memory_governed.assertion import Trust, verify
-from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Result
 from kagent_memory_governed.scope import ScopeKey
 
 HEADER = "x-memory-scope"
@@ -48,13 +48,13 @@ def bind(headers: dict, trust: Trust) -> RequestScope | None:
     except GovernedMemoryError as refused:
         _scope.set(None)
         redaction.enter(False)  # a memory-free request: its records stay as they are
-        metering.count("assertion", "refused", refused.reason)
+        metering.count(Operation.ASSERTION, Result.REFUSED, refused.reason)
         logger.info("memory-free request: %s", refused.reason.value)
         return None
     scope = RequestScope(assertion.key, assertion.generation)
     _scope.set(scope)
     redaction.enter(True)
-    metering.count("assertion", "admitted")
+    metering.count(Operation.ASSERTION, Result.ADMITTED)
     return scope
 
 

@@ -25,13 +25,14 @@ from kagent.adk.types import EmbeddingConfig
 from kagent_memory_governed import metering, redaction
 from kagent_memory_governed.adk import conversation
 from kagent_memory_governed.adk.request import RequestScope, current
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import admit_fact
 from kagent_memory_governed.store import NewFact, Store
 
 Embedder = Callable[[list[str]], Awaitable[list[list[float]]]]
 logger = logging.getLogger(__name__)
 
+EXPLICIT = frozenset({Operation.LOAD, Operation.SAVE})  # asked for by the model: also rate limited per sender
 SEARCH_TOP_K = 5
 SEARCH_MIN_SCORE = 0.3
 
@@ -65,7 +66,7 @@ class GovernedMemoryService(BaseMemoryService):
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
         """Search the request's scope. Raises ``GovernedMemoryError`` when memory is refused."""
-        return SearchMemoryResponse(memories=await self.search(self._scope(user_id), [query], "load"))
+        return SearchMemoryResponse(memories=await self.search(self._scope(user_id), [query], Operation.LOAD))
 
     async def add_memory(
         self,
@@ -79,7 +80,7 @@ class GovernedMemoryService(BaseMemoryService):
     ) -> None:
         """Save facts to the request's scope; accepts kagent's ``content=`` and ADK's ``memories=`` forms."""
         texts = [content] if content is not None else [_text(memory.content) for memory in memories or []]
-        await self.save(self._scope(user_id), texts, "save")
+        await self.save(self._scope(user_id), texts, Operation.SAVE)
 
     async def add_session_to_memory(self, session: Session, model: BaseLlm | None = None) -> None:
         """Schedule an auto-save of ``session`` under the request's scope and generation, captured now.
@@ -87,7 +88,9 @@ class GovernedMemoryService(BaseMemoryService):
         collected yet (R36). Without a scope or a model nothing is scheduled and no model call is made."""
         scope = current()
         if scope is None or scope.key.principal.mxid != session.user_id or model is None:
-            metering.count("autosave", "refused", Reason.NO_ASSERTION if scope is None else Reason.SCOPE_MISMATCH)
+            metering.count(
+                Operation.AUTOSAVE, Result.REFUSED, Reason.NO_ASSERTION if scope is None else Reason.SCOPE_MISMATCH
+            )
             return
         events = list(session.events)  # the conversation as of now; the task must not see later turns
         task = asyncio.create_task(self._autosave(scope, session.id, events, model), name="governed-memory-autosave")
@@ -106,7 +109,7 @@ class GovernedMemoryService(BaseMemoryService):
                 scope.key, scope.generation, session.id, invocation_id, recalled=recalled
             )
         except GovernedMemoryError as refused:
-            metering.count("turn", "refused", refused.reason)
+            metering.count(Operation.TURN, Result.REFUSED, refused.reason)
             return
         if waiting >= self.policy.autosave_every_user_turns:
             await self.add_session_to_memory(session, model)
@@ -118,10 +121,10 @@ class GovernedMemoryService(BaseMemoryService):
 
     # -- governed operations -------------------------------------------------------------------------
 
-    async def search(self, scope: RequestScope, queries: list[str], operation: str) -> list[MemoryEntry]:
+    async def search(self, scope: RequestScope, queries: list[str], operation: Operation) -> list[MemoryEntry]:
         """Entries of ``scope`` matching any of ``queries``, de-duplicated, best first. Each query is one
         unit of the hourly ceiling; an explicit ``load`` is also rate limited per sender and agent."""
-        await self._admit(scope, operation, units=len(queries), explicit=operation == "load")
+        await self._admit(scope, operation, units=len(queries), explicit=operation in EXPLICIT)
         vectors = await self._embed(queries)
         found: dict[str, tuple[float, MemoryEntry]] = {}
         for vector in vectors:
@@ -135,10 +138,10 @@ class GovernedMemoryService(BaseMemoryService):
                 )
                 if entry.id not in found or found[entry.id][0] < hit.score:
                     found[entry.id] = (hit.score, entry)
-        metering.count(operation, "ok")
+        metering.count(operation, Result.OK)
         return [entry for _, entry in sorted(found.values(), key=lambda pair: -pair[0])]
 
-    async def save(self, scope: RequestScope, texts: list[str], operation: str) -> None:
+    async def save(self, scope: RequestScope, texts: list[str], operation: Operation) -> None:
         """Store ``texts`` in ``scope`` (all or none), admitted before they are embedded: one unit per fact,
         and an explicit ``save`` is also rate limited per sender and agent."""
         try:
@@ -146,14 +149,14 @@ class GovernedMemoryService(BaseMemoryService):
             if not facts:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
         except GovernedMemoryError as refused:
-            metering.count(operation, "refused", refused.reason)
+            metering.count(operation, Result.REFUSED, refused.reason)
             raise
-        await self._admit(scope, operation, units=len(facts), explicit=operation == "save")
+        await self._admit(scope, operation, units=len(facts), explicit=operation in EXPLICIT)
         vectors = await self._embed(facts)
         await self.store.write(
             scope.key, scope.generation, [NewFact(t, v) for t, v in zip(facts, vectors, strict=True)]
         )
-        metering.count(operation, "ok")
+        metering.count(operation, Result.OK)
 
     async def _autosave(self, scope: RequestScope, session_id: str, events: list, model: BaseLlm) -> None:
         redaction.enter(True)  # this task's own context: background memory work
@@ -164,25 +167,25 @@ class GovernedMemoryService(BaseMemoryService):
             tail = conversation.conversation_tail(events, self.policy.autosave_max_input_bytes, collected)
             if not tail:
                 return
-            await self._admit(scope, "summarize", units=1)  # the summarization is one unit
+            await self._admit(scope, Operation.SUMMARIZE, units=1)  # the summarization is one unit
             facts, dropped = conversation.facts_from_summary(await self._summarize(model, tail), self.policy)
             if dropped:
-                metering.count("autosave", "refused", Reason.FACT_TOO_LARGE, dropped)
+                metering.count(Operation.AUTOSAVE, Result.REFUSED, Reason.FACT_TOO_LARGE, dropped)
             if facts:
-                await self.save(scope, facts, "autosave")
+                await self.save(scope, facts, Operation.AUTOSAVE)
         except GovernedMemoryError as refused:
             logger.info("auto-save refused: %s", refused.reason.value)
         except Exception as error:  # a background task must fail closed and content-free
-            metering.count("autosave", "failed")
+            metering.count(Operation.AUTOSAVE, Result.FAILED)
             logger.warning("auto-save failed: %s", type(error).__name__)
 
     # -- model and embedding calls, admitted first ---------------------------------------------------
 
-    async def _admit(self, scope: RequestScope, operation: str, *, units: int, explicit: bool = False) -> None:
+    async def _admit(self, scope: RequestScope, operation: Operation, *, units: int, explicit: bool = False) -> None:
         try:
             await self.store.admit(scope.key, scope.generation, operation, units=units, explicit=explicit)
         except GovernedMemoryError as refused:
-            metering.count(operation, "refused", refused.reason)
+            metering.count(operation, Result.REFUSED, refused.reason)
             raise
 
     async def _summarize(self, model: BaseLlm, tail: str) -> str:
@@ -196,9 +199,9 @@ class GovernedMemoryService(BaseMemoryService):
                 if part.text
             ]
         except Exception:
-            metering.count("summarize", "failed", Reason.MODEL_FAILED)
+            metering.count(Operation.SUMMARIZE, Result.FAILED, Reason.MODEL_FAILED)
             raise GovernedMemoryError(Reason.MODEL_FAILED) from None
-        metering.count("summarize", "ok")
+        metering.count(Operation.SUMMARIZE, Result.OK)
         return "".join(parts)
 
     async def _embed(self, texts: list[str]) -> list[list[float]]:
@@ -209,9 +212,9 @@ class GovernedMemoryService(BaseMemoryService):
         except Exception:
             vectors = []
         if len(vectors) != len(texts):
-            metering.count("embed", "failed", Reason.EMBEDDING_FAILED, len(texts))
+            metering.count(Operation.EMBED, Result.FAILED, Reason.EMBEDDING_FAILED, len(texts))
             raise GovernedMemoryError(Reason.EMBEDDING_FAILED)
-        metering.count("embed", "ok", amount=len(texts))
+        metering.count(Operation.EMBED, Result.OK, amount=len(texts))
         return vectors
 
     @staticmethod

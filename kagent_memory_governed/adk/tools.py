@@ -19,7 +19,7 @@ from kagent.adk.tools.prefetch_memory_tool import PrefetchMemoryTool
 from kagent_memory_governed.adk import boundary, conversation
 from kagent_memory_governed.adk.request import current
 from kagent_memory_governed.adk.service import GovernedMemoryService
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 
 MEMORY_INSTRUCTION = (
     "\n\nYou may have long-term memory of this user: save_memory stores an important fact or preference, "
@@ -54,7 +54,7 @@ class GovernedSaveMemoryTool(SaveMemoryTool):
         if service is None or scope is None:
             return refusal(Reason.NO_ASSERTION)
         try:
-            await service.save(scope, [args.get("content")], "save")
+            await service.save(scope, [args.get("content")], Operation.SAVE)
         except GovernedMemoryError as refused:
             return refusal(refused.reason)
         return "Saved to long-term memory."
@@ -72,7 +72,7 @@ class GovernedLoadMemoryTool(LoadMemoryTool):
             return refusal(Reason.BAD_INPUT)
         query = conversation.clip_utf8(query, service.policy.prefetch_max_query_bytes)
         try:
-            entries = await service.search(scope, [query], "load")
+            entries = await service.search(scope, [query], Operation.LOAD)
         except GovernedMemoryError as refused:
             return refusal(refused.reason)
         memories = [{"id": e.id, "text": e.content.parts[0].text} for e in entries]
@@ -96,7 +96,7 @@ class GovernedPrefetchMemoryTool(PrefetchMemoryTool):
         if not queries:
             return
         try:
-            entries = await service.search(scope, queries, "prefetch")
+            entries = await service.search(scope, queries, Operation.PREFETCH)
         except GovernedMemoryError:
             return
         if entries:
