@@ -11,6 +11,7 @@ from datetime import datetime
 from enum import StrEnum
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.policy import admit_int
 
 _LABEL = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/+-]{0,63}")
 MAX_GENERATION = 2**63 - 1  # PostgreSQL's bigint: a larger value must never reach a statement
@@ -43,9 +44,7 @@ class ScopeState:
 
 def admit_generation(generation: object) -> int:
     """A consent generation is an integer from 1 to ``MAX_GENERATION``; anything else is ``bad_input``."""
-    if isinstance(generation, bool) or not isinstance(generation, int) or not 1 <= generation <= MAX_GENERATION:
-        raise GovernedMemoryError(Reason.BAD_INPUT)
-    return generation
+    return admit_int(generation, low=1, high=MAX_GENERATION)
 
 
 def admit_label(value: object) -> str:

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
 
@@ -36,37 +36,31 @@ CEILINGS: dict[str, tuple[int, str]] = {
 MINIMUMS: dict[str, int] = {"ledger_retention_days": 30}
 
 
+def _limit(key: str) -> Any:
+    """The field of one policy key: its ceiling as default, bounded on the side a policy may not move."""
+    ceiling, direction = CEILINGS[key]
+    if direction == "min":
+        return Field(default=ceiling, ge=ceiling)
+    return Field(default=ceiling, ge=MINIMUMS.get(key, 1), le=ceiling)
+
+
 class Policy(BaseModel):
     """Effective limits. Every field defaults to its ceiling; a value past its ceiling is refused."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
-    max_expiry_seconds: int = CEILINGS["max_expiry_seconds"][0]
-    entry_cap: int = CEILINGS["entry_cap"][0]
-    max_fact_bytes: int = CEILINGS["max_fact_bytes"][0]
-    prefetch_max_subqueries: int = CEILINGS["prefetch_max_subqueries"][0]
-    prefetch_max_query_bytes: int = CEILINGS["prefetch_max_query_bytes"][0]
-    explicit_ops_per_minute: int = CEILINGS["explicit_ops_per_minute"][0]
-    explicit_burst: int = CEILINGS["explicit_burst"][0]
-    scope_ops_per_hour: int = CEILINGS["scope_ops_per_hour"][0]
-    autosave_every_user_turns: int = CEILINGS["autosave_every_user_turns"][0]
-    autosave_max_input_bytes: int = CEILINGS["autosave_max_input_bytes"][0]
-    autosave_max_facts: int = CEILINGS["autosave_max_facts"][0]
-    ledger_retention_days: int = CEILINGS["ledger_retention_days"][0]
-
-    @model_validator(mode="after")
-    def _within_ceilings(self) -> Policy:
-        for key, (ceiling, direction) in CEILINGS.items():
-            value, minimum = getattr(self, key), MINIMUMS.get(key, 1)
-            if value < 1:
-                raise ValueError(f"{key}: must be a positive integer")
-            if value < minimum:
-                raise ValueError(f"{key}: {value} is below its minimum {minimum}")
-            if direction == "max" and value > ceiling:
-                raise ValueError(f"{key}: {value} is above its ceiling {ceiling}; a policy may only lower it")
-            if direction == "min" and value < ceiling:
-                raise ValueError(f"{key}: {value} is below its floor {ceiling}; a policy may only raise it")
-        return self
+    max_expiry_seconds: int = _limit("max_expiry_seconds")
+    entry_cap: int = _limit("entry_cap")
+    max_fact_bytes: int = _limit("max_fact_bytes")
+    prefetch_max_subqueries: int = _limit("prefetch_max_subqueries")
+    prefetch_max_query_bytes: int = _limit("prefetch_max_query_bytes")
+    explicit_ops_per_minute: int = _limit("explicit_ops_per_minute")
+    explicit_burst: int = _limit("explicit_burst")
+    scope_ops_per_hour: int = _limit("scope_ops_per_hour")
+    autosave_every_user_turns: int = _limit("autosave_every_user_turns")
+    autosave_max_input_bytes: int = _limit("autosave_max_input_bytes")
+    autosave_max_facts: int = _limit("autosave_max_facts")
+    ledger_retention_days: int = _limit("ledger_retention_days")
 
     @classmethod
     def from_mapping(cls, values: Any) -> Policy:
@@ -78,11 +72,7 @@ class Policy(BaseModel):
         except ValidationError as error:
             first = error.errors()[0]
             key = ".".join(str(part) for part in first["loc"]) or "policy"
-            if first["type"] == "extra_forbidden":
-                raise PolicyError(f"{key}: unknown policy key") from None
-            if first["type"] == "value_error":
-                raise PolicyError(str(first["ctx"]["error"])) from None
-            raise PolicyError(f"{key}: must be an integer") from None
+            raise PolicyError(_explain(key, first)) from None
 
     @classmethod
     def from_file(cls, path: str | Path) -> Policy:
@@ -92,6 +82,27 @@ class Policy(BaseModel):
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             raise PolicyError("policy: file is unreadable or not JSON") from None
         return cls.from_mapping(values)
+
+
+def _explain(key: str, problem: Any) -> str:
+    """One line naming the key and what is wrong with it, in the policy's own terms."""
+    if problem["type"] == "extra_forbidden":
+        return f"{key}: unknown policy key"
+    if problem["type"] not in ("less_than_equal", "greater_than_equal"):
+        return f"{key}: must be an integer"
+    value, (ceiling, direction) = problem["input"], CEILINGS[key]
+    if direction == "min":
+        return f"{key}: {value} is below its floor {ceiling}; a policy may only raise it"
+    if value > ceiling:
+        return f"{key}: {value} is above its ceiling {ceiling}; a policy may only lower it"
+    return f"{key}: {value} is below its minimum {MINIMUMS.get(key, 1)}"
+
+
+def admit_int(value: object, *, low: int, high: int) -> int:
+    """``value`` if it is an ``int`` (never a ``bool``) in ``low..high``; otherwise ``bad_input``."""
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    return value
 
 
 def admit_fact(text: object, policy: Policy) -> str:
@@ -128,6 +139,4 @@ def expiry_seconds(requested: int | None, policy: Policy, consented: int) -> int
     bound = min(policy.max_expiry_seconds, consented)
     if requested is None:
         return bound
-    if isinstance(requested, bool) or not isinstance(requested, int) or requested < 1:
-        raise GovernedMemoryError(Reason.BAD_INPUT)
-    return min(requested, bound)
+    return min(admit_int(requested, low=1, high=2**63 - 1), bound)
