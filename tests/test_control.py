@@ -165,7 +165,9 @@ async def test_a_destructive_token_is_accepted_once(client, store: Store, bridge
 
 
 @pytest.mark.parametrize("path", ["/memory/v1/forget-all", "/memory/v1/off"])
-@pytest.mark.parametrize("body", [{}, {"confirm": False}, {"confirm": "true"}, {"confirm": 1}])
+@pytest.mark.parametrize(
+    "body", [{}, {"confirm": False}, {"confirm": "true"}, {"confirm": 1}, {"confirm": None}, {"confirm": [True]}]
+)
 async def test_missing_confirmation_is_422_and_nothing_changes(client, store: Store, bridge: Bridge, path, body):
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "keep me")
@@ -175,6 +177,18 @@ async def test_missing_confirmation_is_422_and_nothing_changes(client, store: St
     assert (status["enabled"], status["entries"], status["generation"]) == (True, 1, generation)
 
 
+@pytest.mark.parametrize("path", ["/memory/v1/forget-all", "/memory/v1/off", "/memory/v1/offboard"])
+@pytest.mark.parametrize(
+    "body", [b'{"confirm": true, "x": 1}', b'{"confirm": false, "x": 1}', b'{"x": 1}', b"[]", b"true", b"", b"{"]
+)
+async def test_a_body_other_than_a_confirmation_object_is_bad_input(client, store: Store, bridge: Bridge, path, body):
+    generation = await consent(client, bridge)
+    await remember(store, bridge, generation, "keep me")
+    answer = await client.post(path, content=body, headers=auth(bridge, path.rsplit("/", 1)[1]))
+    assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
+    assert await state(client, bridge) == (True, generation, 1)
+
+
 async def test_offboard_requires_confirmation(client, bridge: Bridge):
     answer = await client.post("/memory/v1/offboard", json={}, headers=auth(bridge, "offboard"))
     assert (answer.status_code, answer.json()) == (422, {"error": "confirmation_required"})
@@ -182,12 +196,26 @@ async def test_offboard_requires_confirmation(client, bridge: Bridge):
 
 @pytest.mark.parametrize(
     "query",
-    ["limit=51", "limit=0", "limit=-1", "limit=abc", "limit=1&limit=2", "cursor=forged", "limit=5&scope=other"],
+    [
+        *("limit=51", "limit=0", "limit=-1", "limit=abc", "limit=1&limit=2", "cursor=forged", "limit=5&scope=other"),
+        *("limit=%2B5", "limit=+5", "limit=1e1", "limit=5.0", "limit=1_0", "limit=", "limit", "limit=0050"),
+        *("limit=%D9%A5", "limit=0x5", "cursor=a&cursor=b", "cursor=", "=5", "Limit=5"),
+    ],
 )
 async def test_bad_page_queries_are_422(client, bridge: Bridge, query: str):
     await consent(client, bridge)
     answer = await client.get(f"/memory/v1/entries?{query}", headers=auth(bridge, "entries"))
     assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
+
+
+@pytest.mark.parametrize(
+    ("query", "listed"), [("limit=05", 3), ("limit=050", 3), ("limit=1", 1), ("limit=50", 3), ("", 3)]
+)
+async def test_a_limit_of_one_to_three_ascii_digits_is_accepted(client, store: Store, bridge: Bridge, query, listed):
+    generation = await consent(client, bridge)
+    await remember(store, bridge, generation, "one", "two", "three")
+    answer = await client.get(f"/memory/v1/entries?{query}", headers=auth(bridge, "entries"))
+    assert answer.status_code == 200 and len(answer.json()["entries"]) == listed
 
 
 async def test_a_cursor_from_another_scope_is_refused(client, store: Store, bridge: Bridge):
@@ -202,7 +230,12 @@ async def test_a_cursor_from_another_scope_is_refused(client, store: Store, brid
 
 @pytest.mark.parametrize(
     "body",
-    [b"not json", b"[]", b'{"purpose": "assist"}', b'{"purpose": "a b", "policy_version": "v1"}', b"{" * 600],
+    [
+        *(b"not json", b"[]", b'{"purpose": "assist"}', b'{"purpose": "a b", "policy_version": "v1"}', b"{" * 600),
+        *(b"", b"{}", b"null", b'{"purpose": 5, "policy_version": "v1"}', b'{"purpose": null, "policy_version": "v1"}'),
+        *(b'{"purpose": ["assist"], "policy_version": "v1"}', b'{"purpose": "assist", "policy_version": true}'),
+        b'{"purpose": "assist", "policy_version": "v1", "confirm": true}',
+    ],
 )
 async def test_bad_consent_bodies_are_422(client, bridge: Bridge, body: bytes):
     answer = await client.post("/memory/v1/consent", content=body, headers=auth(bridge, "consent"))
@@ -238,6 +271,32 @@ async def test_the_routes_are_documented_in_the_openapi_schema(client):
     }
     assert "requestBody" in paths["/memory/v1/off"]["post"]
     assert "HTTPBearer" in schema["components"]["securitySchemes"]
+
+
+async def test_request_bodies_are_documented_as_closed_objects(client):
+    paths = (await client.get("/openapi.json")).json()["paths"]
+    for path in ("/memory/v1/consent", "/memory/v1/forget-all", "/memory/v1/off", "/memory/v1/offboard"):
+        schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
+        assert schema["additionalProperties"] is False, path
+    assert set(
+        paths["/memory/v1/consent"]["post"]["requestBody"]["content"]["application/json"]["schema"]["required"]
+    ) == {"purpose", "policy_version"}
+
+
+async def test_timestamps_are_rfc3339_utc_with_microseconds_always_spelled(client, store: Store, bridge: Bridge):
+    moment = clock.now().replace(microsecond=0)  # a whole second: no shorter spelling may be chosen for it
+    with freeze_time(moment, real_asyncio=True):
+        generation = await consent(client, bridge)
+        await remember(store, bridge, generation, "likes tea")
+        [entry] = (await client.get("/memory/v1/entries", headers=auth(bridge, "entries"))).json()["entries"]
+        await client.post("/memory/v1/forget-all", json={"confirm": True}, headers=auth(bridge, "forget-all"))
+        last = (await client.get("/memory/v1/status", headers=auth(bridge, "status"))).json()["last_erasure"]
+    spelled = moment.strftime("%Y-%m-%dT%H:%M:%S.000000Z")
+    assert entry["created_at"] == spelled and entry["expires_at"] == (moment + timedelta(days=7)).strftime(
+        "%Y-%m-%dT%H:%M:%S.000000Z"
+    )
+    assert entry["id"] == str(uuid.UUID(entry["id"]))  # the canonical lower-case spelling
+    assert last == {"at": spelled, "result": "verified"}
 
 
 @pytest.mark.parametrize("alg", ["none", "HS256"])
