@@ -11,16 +11,17 @@ wrong methods included.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Annotated, Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import BaseModel
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 from starlette.routing import Match
 
 from kagent_memory_governed import clock
@@ -107,13 +108,38 @@ class _ReasonCodeRoute(APIRoute):
         return guarded
 
 
-class ConsentBody(BaseModel):
-    purpose: str
+class _Input(BaseModel):
+    """What a caller sends: exactly these members, each of exactly its JSON type."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+
+
+In = TypeVar("In", bound=_Input)
+
+
+def _true(confirm: bool) -> bool:
+    if not confirm:  # strict has refused 1, "true" and null already: a confirmation is JSON true itself
+        raise ValueError("not confirmed")
+    return confirm
+
+
+def _decimal(raw: object) -> object:
+    """``05`` is 5; any other spelling (``+5``, `` 5``, ``1e1``, ``5.0``) stays a string, which strict int refuses."""
+    return int(raw) if isinstance(raw, str) and re.fullmatch("[0-9]{1,3}", raw) else raw
+
+
+class ConsentBody(_Input):
+    purpose: str  # the label's own rule (consent.admit_label) is the store's
     policy_version: str
 
 
-class ConfirmBody(BaseModel):
-    confirm: bool
+class ConfirmBody(_Input):
+    confirm: Annotated[bool, AfterValidator(_true)]
+
+
+class PageQuery(_Input):
+    limit: Annotated[int, BeforeValidator(_decimal), Field(ge=1, le=MAX_PAGE)] = MAX_PAGE
+    cursor: str | None = None
 
 
 class ConsentAnswer(BaseModel):
@@ -181,10 +207,9 @@ class ErrorAnswer(BaseModel):
     error: str
 
 
-def _body_schema(model: type[BaseModel]) -> dict[str, Any]:
-    schema = model.model_json_schema()
-    schema["additionalProperties"] = False
-    return {"requestBody": {"required": True, "content": {"application/json": {"schema": schema}}}}
+def _body_schema(model: type[_Input]) -> dict[str, Any]:
+    content = {"application/json": {"schema": model.model_json_schema()}}  # additionalProperties: false
+    return {"requestBody": {"required": True, "content": content}}
 
 
 def _unique_members(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -198,36 +223,25 @@ def _no_constant(name: str) -> Any:
     raise GovernedMemoryError(Reason.BAD_INPUT)  # NaN, Infinity: not JSON
 
 
-def _json_body(request: Request) -> dict[str, Any]:
-    """The body (already read within its limit) as one JSON object with unique members, else ``bad_input``."""
+def _parsed(model: type[In], members: Any) -> In:
+    """``members`` valid as ``model``. The one place a validation error becomes a reason code: a ``confirm``
+    missing or other than ``true``, with nothing else wrong, is ``confirmation_required``; all else ``bad_input``."""
     try:
-        body = json.loads(
+        return model.model_validate(members)
+    except ValidationError as invalid:
+        confirm_only = all(e["loc"] == ("confirm",) and e["type"] != "extra_forbidden" for e in invalid.errors())
+        raise GovernedMemoryError(Reason.CONFIRMATION_REQUIRED if confirm_only else Reason.BAD_INPUT) from None
+
+
+def _body(request: Request, model: type[In]) -> In:
+    """The body (already read within its limit): one JSON object with unique members, valid as ``model``."""
+    try:
+        members = json.loads(
             request.state.governed_memory_body, object_pairs_hook=_unique_members, parse_constant=_no_constant
         )
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise GovernedMemoryError(Reason.BAD_INPUT) from None
-    if not isinstance(body, dict):
-        raise GovernedMemoryError(Reason.BAD_INPUT)
-    return body
-
-
-def _confirmed(request: Request) -> None:
-    """``{"confirm": true}`` exactly; a readable body without it is ``confirmation_required``."""
-    body = _json_body(request)
-    if set(body) - {"confirm"}:
-        raise GovernedMemoryError(Reason.BAD_INPUT)
-    if body.get("confirm") is not True:
-        raise GovernedMemoryError(Reason.CONFIRMATION_REQUIRED)
-
-
-def _page_query(request: Request) -> tuple[int, str | None]:
-    params = request.query_params
-    if set(params) - {"limit", "cursor"} or any(len(params.getlist(name)) > 1 for name in params):
-        raise GovernedMemoryError(Reason.BAD_INPUT)
-    raw_limit = params.get("limit", str(MAX_PAGE))
-    if not raw_limit.isascii() or not raw_limit.isdigit() or len(raw_limit) > 3:
-        raise GovernedMemoryError(Reason.BAD_INPUT)
-    return int(raw_limit), params.get("cursor")
+    return _parsed(model, members)
 
 
 _EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
@@ -258,10 +272,8 @@ def router(store: Store, trust: Trust) -> APIRouter:
     @api.post("/consent", response_model=ConsentAnswer, openapi_extra=_body_schema(ConsentBody))
     async def consent(request: Request, assertion: Assertion = token_for[Operation.CONSENT]) -> ConsentAnswer:
         """Explicit, versioned consent for the token's scope; advances the generation."""
-        body = _json_body(request)
-        if set(body) != {"purpose", "policy_version"}:
-            raise GovernedMemoryError(Reason.BAD_INPUT)
-        grant = await store.grant(assertion.key, purpose=body["purpose"], policy_version=body["policy_version"])
+        body = _body(request, ConsentBody)
+        grant = await store.grant(assertion.key, purpose=body.purpose, policy_version=body.policy_version)
         return ConsentAnswer(
             enabled=True,
             generation=grant.generation,
@@ -288,8 +300,8 @@ def router(store: Store, trust: Trust) -> APIRouter:
     @api.get("/entries", response_model=EntriesAnswer)
     async def entries(request: Request, assertion: Assertion = token_for[Operation.ENTRIES]) -> EntriesAnswer:
         """One page (``limit`` at most 50) of the scope's live entries, oldest first."""
-        limit, cursor = _page_query(request)
-        page = await store.inspect(assertion.key, limit=limit, cursor=cursor)
+        query = _parsed(PageQuery, _unique_members(request.query_params.multi_items()))  # each parameter once
+        page = await store.inspect(assertion.key, limit=query.limit, cursor=query.cursor)
         return EntriesAnswer(
             entries=[
                 EntryAnswer(
@@ -317,21 +329,21 @@ def router(store: Store, trust: Trust) -> APIRouter:
     @api.post("/forget-all", response_model=ForgetAllAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def forget_all(request: Request, assertion: Assertion = token_for[Operation.FORGET_ALL]) -> ForgetAllAnswer:
         """Erase every entry of the token's scope (confirmation required); consent stays as it was."""
-        _confirmed(request)
+        _body(request, ConfirmBody)
         erased = await store.forget_all(assertion.key)
         return ForgetAllAnswer(erased=erased.erased, verified=True, generation=erased.generation)
 
     @api.post("/off", response_model=OffAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def off(request: Request, assertion: Assertion = token_for[Operation.OFF]) -> OffAnswer:
         """Disable collection first, then erase and verify (confirmation required)."""
-        _confirmed(request)
+        _body(request, ConfirmBody)
         erased = await store.off(assertion.key)
         return OffAnswer(enabled=False, generation=erased.generation, erased=erased.erased, verified=True)
 
     @api.post("/offboard", response_model=OffboardAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def offboard(request: Request, assertion: Assertion = token_for[Operation.OFFBOARD]) -> OffboardAnswer:
         """Disable, erase and verify every scope of the token's principal, on every agent (confirmation required)."""
-        _confirmed(request)
+        _body(request, ConfirmBody)
         result = await store.offboard(assertion.principal)
         return OffboardAnswer(scopes=result.scopes, erased=result.erased, verified=True)
 
