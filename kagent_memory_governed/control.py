@@ -10,24 +10,35 @@ wrong methods included.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import uuid
 from collections.abc import Callable, Coroutine
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, TypeVar
+from typing import Annotated, Any, Literal, TypeVar, get_type_hints
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    BeforeValidator,
+    ConfigDict,
+    Field,
+    PlainSerializer,
+    ValidationError,
+    create_model,
+)
 from starlette.routing import Match
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.assertion import LEEWAY_SECONDS, Assertion, Operation, Trust, verify
+from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.store import MAX_PAGE, Store
+from kagent_memory_governed.store import MAX_PAGE, Status, Store
 
 PREFIX = "/memory/v1"
 MAX_BODY_BYTES = 1024
@@ -142,65 +153,73 @@ class PageQuery(_Input):
     cursor: str | None = None
 
 
-class ConsentAnswer(BaseModel):
-    enabled: bool
+class _Answer(BaseModel):
+    """An answer read from the store's value (its attributes); the constants the contract promises are defaults."""
+
+    model_config = ConfigDict(from_attributes=True, json_schema_serialization_defaults_required=True)
+
+
+Timestamp = Annotated[datetime, PlainSerializer(rfc3339, return_type=str)]
+
+
+def _answer_of(value: type, **retyped: Any) -> type[_Answer]:
+    """The answer with the fields of the store's dataclass ``value``, in its order, some ``retyped`` for the wire."""
+    hints = get_type_hints(value)
+    fields = {field.name: (retyped.get(field.name, hints[field.name]), ...) for field in dataclasses.fields(value)}
+    return create_model(f"{value.__name__}Answer", __base__=_Answer, __module__=__name__, **fields)
+
+
+class ConsentAnswer(_Answer):
+    enabled: Literal[True] = True
     generation: int
     max_expiry_seconds: int
     entry_cap: int
 
 
-class ErasureState(BaseModel):
-    at: str
-    result: str
+class ErasureState(_Answer):
+    at: Timestamp
+    result: Erasure
 
 
-class StatusAnswer(BaseModel):
-    enabled: bool
-    generation: int
-    purpose: str | None
-    policy_version: str | None
-    max_expiry_seconds: int
-    entry_cap: int
-    entries: int
-    last_erasure: ErasureState | None
+StatusAnswer = _answer_of(Status, last_erasure=ErasureState | None)
 
 
-class EntryAnswer(BaseModel):
-    id: str
+class EntryAnswer(_Answer):
+    id: uuid.UUID = Field(validation_alias="entry_id")
     text: str
     source_scope: str
-    created_at: str
-    expires_at: str
+    created_at: Timestamp
+    expires_at: Timestamp
 
 
-class EntriesAnswer(BaseModel):
+class EntriesAnswer(_Answer):
     entries: list[EntryAnswer]
     next_cursor: str | None
 
 
-class DeletedAnswer(BaseModel):
-    deleted: bool
-    verified: bool
+class DeletedAnswer(_Answer):
+    deleted: Literal[True] = True
+    verified: Literal[True] = True
     generation: int  # beyond CONTRACT.md: every erasure fences, so later assertions need the new generation
 
 
-class ForgetAllAnswer(BaseModel):
+class ForgetAllAnswer(_Answer):
     erased: int
-    verified: bool
+    verified: Literal[True] = True
     generation: int  # as above
 
 
-class OffAnswer(BaseModel):
-    enabled: bool
+class OffAnswer(_Answer):
+    enabled: Literal[False] = False
     generation: int
     erased: int
-    verified: bool
+    verified: Literal[True] = True
 
 
-class OffboardAnswer(BaseModel):
+class OffboardAnswer(_Answer):
     scopes: int
     erased: int
-    verified: bool
+    verified: Literal[True] = True
 
 
 class ErrorAnswer(BaseModel):
@@ -274,47 +293,18 @@ def router(store: Store, trust: Trust) -> APIRouter:
         """Explicit, versioned consent for the token's scope; advances the generation."""
         body = _body(request, ConsentBody)
         grant = await store.grant(assertion.key, purpose=body.purpose, policy_version=body.policy_version)
-        return ConsentAnswer(
-            enabled=True,
-            generation=grant.generation,
-            max_expiry_seconds=grant.max_expiry_seconds,
-            entry_cap=grant.entry_cap,
-        )
+        return ConsentAnswer.model_validate(grant)
 
     @api.get("/status", response_model=StatusAnswer)
-    async def status(assertion: Assertion = token_for[Operation.STATUS]) -> StatusAnswer:
+    async def status(assertion: Assertion = token_for[Operation.STATUS]) -> _Answer:
         """Consent, limits, live entry count and the last erasure of the token's scope."""
-        found = await store.status(assertion.key)
-        last = found.last_erasure
-        return StatusAnswer(
-            enabled=found.enabled,
-            generation=found.generation,
-            purpose=found.purpose,
-            policy_version=found.policy_version,
-            max_expiry_seconds=found.max_expiry_seconds,
-            entry_cap=found.entry_cap,
-            entries=found.entries,
-            last_erasure=ErasureState(at=rfc3339(last.at), result=last.result.value) if last else None,
-        )
+        return StatusAnswer.model_validate(await store.status(assertion.key))
 
     @api.get("/entries", response_model=EntriesAnswer)
     async def entries(request: Request, assertion: Assertion = token_for[Operation.ENTRIES]) -> EntriesAnswer:
         """One page (``limit`` at most 50) of the scope's live entries, oldest first."""
         query = _parsed(PageQuery, _unique_members(request.query_params.multi_items()))  # each parameter once
-        page = await store.inspect(assertion.key, limit=query.limit, cursor=query.cursor)
-        return EntriesAnswer(
-            entries=[
-                EntryAnswer(
-                    id=str(entry.entry_id),
-                    text=entry.text,
-                    source_scope=entry.source_scope,
-                    created_at=rfc3339(entry.created_at),
-                    expires_at=rfc3339(entry.expires_at),
-                )
-                for entry in page.entries
-            ],
-            next_cursor=page.next_cursor,
-        )
+        return EntriesAnswer.model_validate(await store.inspect(assertion.key, limit=query.limit, cursor=query.cursor))
 
     @api.delete("/entries/{entry_id}", response_model=DeletedAnswer)
     async def forget(entry_id: str, assertion: Assertion = token_for[Operation.FORGET]) -> DeletedAnswer:
@@ -323,29 +313,25 @@ def router(store: Store, trust: Trust) -> APIRouter:
             parsed = uuid.UUID(entry_id)
         except ValueError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
-        erased = await store.forget(assertion.key, parsed)
-        return DeletedAnswer(deleted=True, verified=True, generation=erased.generation)
+        return DeletedAnswer.model_validate(await store.forget(assertion.key, parsed))
 
     @api.post("/forget-all", response_model=ForgetAllAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def forget_all(request: Request, assertion: Assertion = token_for[Operation.FORGET_ALL]) -> ForgetAllAnswer:
         """Erase every entry of the token's scope (confirmation required); consent stays as it was."""
         _body(request, ConfirmBody)
-        erased = await store.forget_all(assertion.key)
-        return ForgetAllAnswer(erased=erased.erased, verified=True, generation=erased.generation)
+        return ForgetAllAnswer.model_validate(await store.forget_all(assertion.key))
 
     @api.post("/off", response_model=OffAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def off(request: Request, assertion: Assertion = token_for[Operation.OFF]) -> OffAnswer:
         """Disable collection first, then erase and verify (confirmation required)."""
         _body(request, ConfirmBody)
-        erased = await store.off(assertion.key)
-        return OffAnswer(enabled=False, generation=erased.generation, erased=erased.erased, verified=True)
+        return OffAnswer.model_validate(await store.off(assertion.key))
 
     @api.post("/offboard", response_model=OffboardAnswer, openapi_extra=_body_schema(ConfirmBody))
     async def offboard(request: Request, assertion: Assertion = token_for[Operation.OFFBOARD]) -> OffboardAnswer:
         """Disable, erase and verify every scope of the token's principal, on every agent (confirmation required)."""
         _body(request, ConfirmBody)
-        result = await store.offboard(assertion.principal)
-        return OffboardAnswer(scopes=result.scopes, erased=result.erased, verified=True)
+        return OffboardAnswer.model_validate(await store.offboard(assertion.principal))
 
     known = list(api.routes)
 
