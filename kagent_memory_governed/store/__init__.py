@@ -1,0 +1,254 @@
+"""The governed store: the only package that issues SQL or opens a transaction.
+
+Guarantees, each enforced inside the transaction that does the work:
+- data-plane reads and writes carry a consent generation and are fenced against the durable scope
+  record (missing, disabled, expired and stale consent are refused);
+- expiry is authorization: every read binds ``expires_at > now`` from the application clock;
+- a scope never holds more live entries than its cap, whatever the concurrency (writers lock the
+  scope row, which also quiesces them against a withdrawal);
+- every erasure fences first (disable, advance the generation), then deletes, then verifies in a
+  fresh transaction; a failure leaves the scope disabled with a content-free record (R9);
+- cost admission (rate, burst, hourly units) is decided under the same scope lock, before model work,
+  in state every replica shares; destructive control tokens are accepted once per ``jti``;
+- every operation leaves a content-free ledger row.
+Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its only text.
+
+``Store`` is the facade; behind it, one module a concern:
+
+    database       transactions, error mapping, the ledger row, refusing with one
+    schema_admin   migrate, revision, readiness (alembic)
+    consent        grant, status
+    admission      cost admission, single-use control tokens
+    data           write, search, inspect
+    turns          conversation turns for auto-save
+    erasure        forget, forget_all, off, offboard: fence, delete, verify, settle
+    maintenance    sweep
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from datetime import datetime
+
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+from kagent_memory_governed import redaction
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.scope import Principal, ScopeKey
+from kagent_memory_governed.store import admission, consent, data, erasure, maintenance, schema_admin, turns
+from kagent_memory_governed.store.database import Database
+from kagent_memory_governed.store.values import (
+    MAX_PAGE,
+    Entry,
+    Erased,
+    ErasureRecord,
+    Grant,
+    Hit,
+    NewFact,
+    Offboarded,
+    Page,
+    Status,
+    Turn,
+    turn_ref,
+)
+
+
+class Store:
+    """Governed memory over one PostgreSQL database. Create with ``Store.connect``; ``close`` when done."""
+
+    def __init__(self, engine: AsyncEngine, policy: Policy) -> None:
+        self._db = Database(engine, policy)
+
+    @property
+    def policy(self) -> Policy:
+        return self._db.policy
+
+    @property
+    def _engine(self) -> AsyncEngine:  # tests and benchmarks inject faults through it; package code never does
+        return self._db.engine
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        policy: Policy,
+        *,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        pool_timeout: float = 10.0,
+        statement_timeout_ms: int = 15000,
+        lock_timeout_ms: int = 10000,
+    ) -> Store:
+        """A store over ``url`` (``postgresql+asyncpg://``). Connections are opened lazily. Statement
+        parameters never appear in logs or exception text, nor do result rows (``redaction``). A pool
+        that stays exhausted, a statement or lock wait past its timeout: ``store_unavailable``."""
+        redaction.install_log_boundary()
+        engine = create_async_engine(
+            url,
+            hide_parameters=True,
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            pool_timeout=pool_timeout,
+            pool_pre_ping=True,
+            connect_args={
+                "command_timeout": 30,
+                "server_settings": {
+                    "application_name": "kagent-memory-governed",
+                    "statement_timeout": str(statement_timeout_ms),
+                    "lock_timeout": str(lock_timeout_ms),
+                    "idle_in_transaction_session_timeout": "60000",
+                },
+            },
+        )
+        return cls(engine, policy)
+
+    async def close(self) -> None:
+        await self._db.engine.dispose()
+
+    # -- schema -------------------------------------------------------------------------------------
+
+    async def migrate(self) -> str:
+        """Create or upgrade the schema to head under an advisory lock; returns the revision.
+        Refuses (``unsupported_database``) PostgreSQL older than 15 or pgvector older than 0.7."""
+        return await schema_admin.migrate(self._db)
+
+    async def revision(self) -> str | None:
+        """The schema revision in the database, or ``None`` before the first migration."""
+        return await schema_admin.revision(self._db)
+
+    @staticmethod
+    def head_revision() -> str:
+        """The schema revision this package's migrations lead to."""
+        return schema_admin.head_revision()
+
+    async def check_ready(self) -> None:
+        """Refuse to serve unless the server and pgvector are supported (``unsupported_database``) and the
+        schema and installed pgvector are what this package migrates to (``schema_outdated``: run ``migrate``)."""
+        await schema_admin.check_ready(self._db)
+
+    # -- consent ------------------------------------------------------------------------------------
+
+    async def grant(
+        self, key: ScopeKey, *, purpose: str, policy_version: str, valid_until: datetime | None = None
+    ) -> Grant:
+        """Enable ``key`` for a purpose under a policy version and advance its generation (R6, R7).
+        Refuses ``bad_input`` labels and, while an erasure is unfinished, ``erasure_pending``/``erasure_failed``."""
+        return await consent.grant(
+            self._db, key, purpose=purpose, policy_version=policy_version, valid_until=valid_until
+        )
+
+    async def status(self, key: ScopeKey) -> Status:
+        """The scope's consent, effective limits, live entry count and last erasure (R10)."""
+        return await consent.status(self._db, key)
+
+    # -- admission (before any model or embedding call) ---------------------------------------------
+
+    async def admit(
+        self, key: ScopeKey, generation: int, operation: str, *, units: int = 0, explicit: bool = False
+    ) -> None:
+        """Admit memory work before any model or embedding call (R21-R26), in one transaction shared by
+        every replica: the consent fence, then (``explicit``) the sender/agent rate limit, then ``units``
+        of the scope's hourly ceiling. Admitted work is recorded as used; refused work is not.
+        Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``. ``write`` and ``search`` fence
+        again in their own transaction: admission is a gate, not the fence."""
+        await admission.admit(self._db, key, generation, operation, units=units, explicit=explicit)
+
+    async def claim_once(self, jti: str, valid_until: datetime) -> None:
+        """Accept a token id once, on every replica; a second claim is ``assertion_replayed``.
+        The record is kept until ``valid_until`` (the token's expiry plus leeway), then swept."""
+        await admission.claim_once(self._db, jti, valid_until)
+
+    # -- data plane (fenced by generation) ----------------------------------------------------------
+
+    async def write(
+        self, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None = None
+    ) -> list[uuid.UUID]:
+        """Store ``facts`` in ``key`` under consent ``generation``, all or none; returns their entry ids.
+        A fact equal to a live entry of the scope (whitespace normalized) is not stored again: its id is
+        the live entry's, whose expiry does not move. The ledger counts the entries actually added.
+
+        Refuses ``bad_input``, ``fact_too_large``, a fenced-off generation (``consent_*``) and
+        ``entry_cap_reached`` when the live entries plus these would pass the cap (never evicts).
+        Expiry is ``min(expires_in, policy maximum, maximum consented to)`` from the application clock.
+        """
+        return await data.write(self._db, key, generation, facts, expires_in=expires_in)
+
+    async def search(
+        self, key: ScopeKey, generation: int, embedding: Sequence[float], *, top_k: int = 5, min_score: float = 0.0
+    ) -> list[Hit]:
+        """The ``top_k`` live entries of ``key`` nearest to ``embedding`` by exact cosine similarity,
+        each scoring at least ``min_score``. The fence and the entries are read in one statement,
+        so one snapshot decides both. Refuses ``bad_input`` and a fenced-off generation."""
+        return await data.search(self._db, key, generation, embedding, top_k=top_k, min_score=min_score)
+
+    # -- conversation turns (auto-save input, R36) --------------------------------------------------
+
+    async def record_turn(
+        self, key: ScopeKey, generation: int, session_id: str, invocation_id: str, *, recalled: bool
+    ) -> int:
+        """Record that a turn of ``session_id`` ran admitted under consent ``generation`` (a no-op when the
+        fence refuses it: such a turn is never collected); returns how many admitted turns of that session
+        under that generation await auto-save. Only references derived from the ids are stored."""
+        return await turns.record_turn(self._db, key, generation, session_id, invocation_id, recalled=recalled)
+
+    async def collect_turns(
+        self, key: ScopeKey, generation: int, session_id: str, candidates: Sequence[str]
+    ) -> list[Turn]:
+        """Take, once, the turns among ``candidates`` (invocation ids) of ``session_id`` that were admitted
+        under ``generation``; turns of that session recorded under any other generation are discarded, so
+        nothing said before an erasure or a withdrawal is ever collected. Fenced: refuses ``consent_*``."""
+        return await turns.collect_turns(self._db, key, generation, session_id, candidates)
+
+    # -- control plane (the subject's own requests; not fenced by generation) -----------------------
+
+    async def inspect(self, key: ScopeKey, *, limit: int = MAX_PAGE, cursor: str | None = None) -> Page:
+        """One page of the live entries of ``key``, oldest first, with a cursor for the next (R11).
+        Refuses ``bad_input`` for a limit outside 1..50 and for a cursor not issued for this scope."""
+        return await data.inspect(self._db, key, limit=limit, cursor=cursor)
+
+    async def forget(self, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
+        """Erase exactly one entry and verify it unreadable (R12). Fences like every erasure: the
+        generation advances, so stale work cannot re-add what was forgotten. Refuses ``not_found``
+        (no such entry in this scope) and, during an unfinished erasure, ``erasure_pending``/``erasure_failed``."""
+        return await erasure.forget(self._db, key, entry_id)
+
+    async def forget_all(self, key: ScopeKey) -> Erased:
+        """Erase every entry of ``key`` and verify none is left; consent stays as it was (R13).
+        Also completes an unfinished erasure."""
+        return await erasure.forget_all(self._db, key)
+
+    async def off(self, key: ScopeKey) -> Erased:
+        """Withdraw consent, first (disable and advance the generation in one statement), then erase
+        and verify (R8, R13). The scope stays disabled until a new grant."""
+        return await erasure.off(self._db, key)
+
+    async def offboard(self, principal: Principal) -> Offboarded:
+        """Disable every scope of ``principal`` (all agents, all rooms) in one statement, then erase and
+        verify each (R29). Raises ``erasure_failed`` if any scope could not be verified; those stay disabled."""
+        return await erasure.offboard(self._db, principal)
+
+    # -- maintenance --------------------------------------------------------------------------------
+
+    async def sweep(self, *, batch: int = 5000) -> int:
+        """Physically delete every expired entry (R19); returns how many. Also deletes, in batches, ledger
+        records older than ``ledger_retention_days`` (a scope's last erasure stays on its scope row).
+        Safe to run on every replica."""
+        return await maintenance.sweep(self._db, batch=batch)
+
+
+__all__ = [
+    "MAX_PAGE",
+    "Entry",
+    "Erased",
+    "ErasureRecord",
+    "Grant",
+    "Hit",
+    "NewFact",
+    "Offboarded",
+    "Page",
+    "Status",
+    "Store",
+    "Turn",
+    "turn_ref",
+]

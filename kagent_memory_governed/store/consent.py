@@ -1,0 +1,110 @@
+"""Consent as the store keeps it: a grant advances the scope's generation; status reads it back."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from sqlalchemy import func, select, update
+from sqlalchemy.dialects.postgresql import insert as pg_insert
+
+from kagent_memory_governed import clock
+from kagent_memory_governed.consent import Erasure, admit_label, grant_refusal
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.schema import entries, scopes
+from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.store.database import Database, record, refuse, scope_state
+from kagent_memory_governed.store.values import ErasureRecord, Grant, Status
+
+
+async def grant(
+    db: Database, key: ScopeKey, *, purpose: str, policy_version: str, valid_until: datetime | None
+) -> Grant:
+    sid = key.scope_id
+    async with db.checking(Operation.GRANT, scope_id=sid):
+        admit_label(purpose)
+        admit_label(policy_version)
+        if valid_until is not None and valid_until.tzinfo is None:
+            raise GovernedMemoryError(Reason.BAD_INPUT)
+    now = clock.now()
+    async with db.transaction() as conn:
+        await conn.execute(
+            pg_insert(scopes)
+            .values(
+                scope_id=sid,
+                principal=key.principal.mxid,
+                origin=key.principal.origin.value,
+                agent=str(key.agent),
+                scope_kind=key.room.kind.value,
+                room=key.room.room_id,
+                enabled=False,
+                generation=0,
+                max_expiry_seconds=db.policy.max_expiry_seconds,
+                entry_cap=db.policy.entry_cap,
+                resume=False,
+                updated_at=now,
+            )
+            .on_conflict_do_nothing(index_elements=[scopes.c.scope_id])
+        )
+        refusal = grant_refusal(await scope_state(conn, sid, lock=True))
+        if refusal is not None:
+            await refuse(conn, Operation.GRANT, refusal, scope_id=sid, at=now)
+        generation = await conn.scalar(
+            update(scopes)
+            .where(scopes.c.scope_id == sid)
+            .values(
+                enabled=True,
+                generation=scopes.c.generation + 1,
+                purpose=purpose,
+                policy_version=policy_version,
+                consented_at=now,
+                consent_expires_at=valid_until,
+                max_expiry_seconds=db.policy.max_expiry_seconds,
+                entry_cap=db.policy.entry_cap,
+                resume=False,
+                updated_at=now,
+            )
+            .returning(scopes.c.generation)
+        )
+        await record(conn, Operation.GRANT, Result.OK, scope_id=sid, generation=generation, at=now)
+    return Grant(generation, db.policy.max_expiry_seconds, db.policy.entry_cap)
+
+
+async def status(db: Database, key: ScopeKey) -> Status:
+    sid = key.scope_id
+    now = clock.now()
+    live = (
+        select(func.count())
+        .select_from(entries)
+        .where(entries.c.scope_id == sid, entries.c.expires_at > now)
+        .scalar_subquery()
+    )
+    async with db.transaction(durable=False) as conn:
+        row = (
+            await conn.execute(
+                select(
+                    scopes.c.enabled,
+                    scopes.c.generation,
+                    scopes.c.purpose,
+                    scopes.c.policy_version,
+                    scopes.c.max_expiry_seconds,
+                    scopes.c.entry_cap,
+                    scopes.c.erasure,
+                    scopes.c.erasure_at,
+                    live.label("live"),
+                ).where(scopes.c.scope_id == sid)
+            )
+        ).one_or_none()
+        await record(conn, Operation.STATUS, Result.OK, scope_id=sid, at=now)
+    if row is None:
+        return Status(False, 0, None, None, db.policy.max_expiry_seconds, db.policy.entry_cap, 0, None)
+    last = ErasureRecord(row.erasure_at, Erasure(row.erasure)) if row.erasure else None
+    return Status(
+        row.enabled,
+        row.generation,
+        row.purpose,
+        row.policy_version,
+        min(row.max_expiry_seconds, db.policy.max_expiry_seconds),
+        min(row.entry_cap, db.policy.entry_cap),
+        row.live,
+        last,
+    )

@@ -1,0 +1,153 @@
+"""The one way into the database: transactions, their errors as reason codes, and the ledger.
+
+Every statement of the store runs inside ``Database.transaction``. A database failure leaves it as
+``store_unavailable`` (a constraint violation as ``bad_input``) with no database text. A refusal decided
+inside a transaction is ``refuse``: its ledger row commits with the transaction, then the reason is raised.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import NoReturn
+
+import asyncpg
+from sqlalchemy import Row, insert, select, text
+from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
+from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+
+from kagent_memory_governed import clock
+from kagent_memory_governed.consent import Erasure, ScopeState
+from kagent_memory_governed.errors import GovernedMemoryError, Reason, Result
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.schema import ledger, scopes
+
+_DATABASE_ERRORS = (
+    SQLAlchemyError,
+    AsyncAdapt_asyncpg_dbapi.Error,  # raised unwrapped when a connection dies inside an event hook
+    asyncpg.PostgresError,
+    asyncpg.InterfaceError,
+    OSError,
+    asyncio.TimeoutError,
+)
+
+STATE_COLUMNS = (
+    scopes.c.enabled,
+    scopes.c.generation,
+    scopes.c.consent_expires_at,
+    scopes.c.erasure,
+    scopes.c.max_expiry_seconds,
+    scopes.c.entry_cap,
+)
+
+
+class _Refused(Exception):
+    """Raised inside a transaction: commit what was recorded (the ledger row), then refuse."""
+
+    def __init__(self, reason: Reason) -> None:
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Database:
+    """The engine and the policy every statement of the store runs under."""
+
+    engine: AsyncEngine
+    policy: Policy
+
+    @asynccontextmanager
+    async def transaction(self, *, durable: bool = True) -> AsyncIterator[AsyncConnection]:
+        """One transaction. Database failures become ``store_unavailable`` with no database text;
+        a ``refuse`` commits the transaction (its ledger row) and is raised as its reason."""
+        refusal: Reason | None = None
+        try:
+            async with self.engine.begin() as conn:
+                if not durable:  # read-path ledger rows: losing the last few on a crash is acceptable
+                    await conn.execute(text("SET LOCAL synchronous_commit = off"))
+                try:
+                    yield conn
+                except _Refused as refused:
+                    refusal = refused.reason
+        except GovernedMemoryError:
+            raise
+        except IntegrityError:
+            raise GovernedMemoryError(Reason.BAD_INPUT) from None
+        except _DATABASE_ERRORS:
+            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE) from None
+        if refusal is not None:
+            raise GovernedMemoryError(refusal) from None
+
+    @asynccontextmanager
+    async def checking(self, operation: str, *, scope_id: uuid.UUID) -> AsyncIterator[None]:
+        """Checks on input before any transaction: a ``GovernedMemoryError`` raised inside is refused
+        with a ledger row of its own."""
+        try:
+            yield
+        except GovernedMemoryError as refused:
+            async with self.transaction() as conn:
+                await refuse(conn, operation, refused.reason, scope_id=scope_id)
+
+
+async def record(
+    conn: AsyncConnection,
+    operation: str,
+    result: Result,
+    *,
+    reason: Reason | None = None,
+    scope_id: uuid.UUID | None = None,
+    generation: int | None = None,
+    count: int | None = None,
+    entry_id: uuid.UUID | None = None,
+    at: datetime | None = None,
+) -> None:
+    """The content-free ledger row of an operation: codes, counts and opaque ids, never content."""
+    await conn.execute(
+        insert(ledger).values(
+            at=at or clock.now(),
+            operation=operation,
+            result=result,
+            reason=reason.value if reason else None,
+            scope_id=scope_id,
+            generation=generation,
+            count=count,
+            entry_id=entry_id,
+        )
+    )
+
+
+async def refuse(
+    conn: AsyncConnection,
+    operation: str,
+    reason: Reason,
+    *,
+    scope_id: uuid.UUID | None = None,
+    generation: int | None = None,
+    at: datetime | None = None,
+) -> NoReturn:
+    """Refuse with a ledger row: record ``reason`` against ``operation``, then raise it. The
+    transaction still commits, the row with it, before ``Database.transaction`` raises the reason."""
+    await record(conn, operation, Result.REFUSED, reason=reason, scope_id=scope_id, generation=generation, at=at)
+    raise _Refused(reason)
+
+
+def state_of(row: Row | None) -> ScopeState | None:
+    """The fence's view of a row holding ``STATE_COLUMNS``; ``None`` for no row."""
+    if row is None:
+        return None
+    erasure = Erasure(row.erasure) if row.erasure else None
+    return ScopeState(
+        row.enabled, row.generation, row.consent_expires_at, erasure, row.max_expiry_seconds, row.entry_cap
+    )
+
+
+async def scope_state(conn: AsyncConnection, scope_id: uuid.UUID, *, lock: bool) -> ScopeState | None:
+    """The durable scope record as the fence sees it; ``lock`` holds its row until the transaction ends."""
+    query = select(*STATE_COLUMNS).where(scopes.c.scope_id == scope_id)
+    if lock:
+        query = query.with_for_update()
+    return state_of((await conn.execute(query)).one_or_none())

@@ -1,0 +1,169 @@
+"""Erasure: fence, delete, verify, settle (R8, R9, R12, R13, R29).
+
+Every erasure first fences in a transaction of its own (disable the scope, advance its generation), so
+work admitted before it cannot write again; then deletes; then verifies in a fresh transaction; then
+settles the scope. A failure anywhere leaves the scope disabled, ``erasure = failed``, with a
+content-free ledger row, and raises ``erasure_failed``.
+"""
+
+from __future__ import annotations
+
+import uuid
+from contextlib import suppress
+from datetime import datetime
+
+from sqlalchemy import case, delete, func, literal, select, update
+
+from kagent_memory_governed import clock
+from kagent_memory_governed.consent import Erasure, grant_refusal
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.schema import entries, scopes
+from kagent_memory_governed.scope import Principal, ScopeKey
+from kagent_memory_governed.store.database import Database, record, refuse, scope_state
+from kagent_memory_governed.store.values import Erased, Offboarded
+
+
+async def forget(db: Database, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
+    async with db.checking(Operation.FORGET, scope_id=key.scope_id):
+        if not isinstance(entry_id, uuid.UUID):
+            raise GovernedMemoryError(Reason.BAD_INPUT)
+    return await _erase(db, key.scope_id, Operation.FORGET, entry_id=entry_id, resume=True)
+
+
+async def forget_all(db: Database, key: ScopeKey) -> Erased:
+    return await _erase(db, key.scope_id, Operation.FORGET_ALL, entry_id=None, resume=True)
+
+
+async def off(db: Database, key: ScopeKey) -> Erased:
+    return await _erase(db, key.scope_id, Operation.OFF, entry_id=None, resume=False)
+
+
+async def offboard(db: Database, principal: Principal) -> Offboarded:
+    now = clock.now()
+    async with db.transaction() as conn:
+        fenced = (
+            await conn.execute(
+                update(scopes)
+                .where(scopes.c.principal == principal.mxid, scopes.c.origin == principal.origin.value)
+                .values(_fenced_values(now, resume=False))
+                .returning(scopes.c.scope_id, scopes.c.generation)
+            )
+        ).all()
+        await record(conn, Operation.OFFBOARD_FENCE, Result.OK, count=len(fenced), at=now)
+    erased, failed = 0, 0
+    for sid, generation in sorted(fenced):
+        try:
+            erased += await _clear(db, sid, generation, Operation.OFFBOARD, entry_id=None)
+        except GovernedMemoryError:
+            failed += 1
+    if failed:
+        with suppress(GovernedMemoryError):
+            async with db.transaction() as conn:
+                await record(conn, Operation.OFFBOARD, Result.FAILED, reason=Reason.ERASURE_FAILED, count=failed)
+        raise GovernedMemoryError(Reason.ERASURE_FAILED)
+    async with db.transaction() as conn:
+        await record(conn, Operation.OFFBOARD, Result.OK, count=len(fenced))
+    return Offboarded(len(fenced), erased)
+
+
+def _fenced_values(now: datetime, *, resume: bool) -> dict:
+    """Disable and advance the generation in one statement. ``resume`` re-enables after
+    verification only if the scope was enabled (or was resuming from an unfinished erasure)."""
+    interrupted = scopes.c.erasure.in_([Erasure.PENDING.value, Erasure.FAILED.value])
+    return {
+        "enabled": False,
+        "generation": scopes.c.generation + 1,
+        "erasure": Erasure.PENDING.value,
+        "erasure_at": now,
+        "resume": case((scopes.c.enabled, True), (interrupted, scopes.c.resume), else_=False)
+        if resume
+        else literal(False),
+        "updated_at": now,
+    }
+
+
+async def _erase(
+    db: Database, sid: uuid.UUID, operation: Operation, *, entry_id: uuid.UUID | None, resume: bool
+) -> Erased:
+    now = clock.now()
+    async with db.transaction() as conn:
+        state = await scope_state(conn, sid, lock=True)
+        if entry_id is not None:
+            refusal = grant_refusal(state)  # an unfinished erasure first, as for a grant
+            held = select(literal(True)).where(entries.c.scope_id == sid, entries.c.entry_id == entry_id)
+            if refusal is None and (state is None or not await conn.scalar(held)):
+                refusal = Reason.NOT_FOUND
+            if refusal is not None:
+                await refuse(conn, operation, refusal, scope_id=sid, at=now)
+        if state is None:  # never consented: nothing to fence or erase
+            await record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
+            return Erased(0, 0)
+        generation = await conn.scalar(
+            update(scopes)
+            .where(scopes.c.scope_id == sid)
+            .values(_fenced_values(now, resume=resume))
+            .returning(scopes.c.generation)
+        )
+    return Erased(generation, await _clear(db, sid, generation, operation, entry_id=entry_id))
+
+
+async def _clear(
+    db: Database, sid: uuid.UUID, generation: int, operation: Operation, *, entry_id: uuid.UUID | None
+) -> int:
+    """Delete, verify in a fresh transaction, then settle the fenced scope. Any failure leaves it
+    disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
+    target = [entries.c.scope_id == sid]
+    if entry_id is not None:
+        target.append(entries.c.entry_id == entry_id)
+    try:
+        async with db.transaction() as conn:
+            erased = (await conn.execute(delete(entries).where(*target))).rowcount
+        async with db.transaction() as conn:
+            remaining = await conn.scalar(select(func.count()).select_from(entries).where(*target))
+        if remaining:
+            raise GovernedMemoryError(Reason.ERASURE_FAILED)
+        now = clock.now()
+        async with db.transaction() as conn:
+            await conn.execute(
+                update(scopes)
+                .where(scopes.c.scope_id == sid, scopes.c.generation == generation)
+                .values(enabled=scopes.c.resume, erasure=Erasure.VERIFIED.value, erasure_at=now, updated_at=now)
+            )
+            await record(
+                conn,
+                operation,
+                Result.OK,
+                scope_id=sid,
+                generation=generation,
+                count=erased,
+                entry_id=entry_id,
+                at=now,
+            )
+        return erased
+    except Exception:  # whatever failed, the scope stays disabled (R9)
+        await _mark_failed(db, sid, generation, operation, entry_id)
+        raise GovernedMemoryError(Reason.ERASURE_FAILED) from None
+
+
+async def _mark_failed(
+    db: Database, sid: uuid.UUID, generation: int, operation: Operation, entry_id: uuid.UUID | None
+) -> None:
+    """Best effort: if the database is gone too, the scope stays ``pending``, which is just as disabled."""
+    now = clock.now()
+    with suppress(GovernedMemoryError):
+        async with db.transaction() as conn:
+            await conn.execute(
+                update(scopes)
+                .where(scopes.c.scope_id == sid, scopes.c.generation == generation)
+                .values(enabled=False, erasure=Erasure.FAILED.value, erasure_at=now, updated_at=now)
+            )
+            await record(
+                conn,
+                operation,
+                Result.FAILED,
+                reason=Reason.ERASURE_FAILED,
+                scope_id=sid,
+                generation=generation,
+                entry_id=entry_id,
+                at=now,
+            )

@@ -1,0 +1,53 @@
+"""Maintenance, safe on every replica: expired entries are deleted physically (R19), and ledger records,
+token claims, usage records and turns past their use are pruned."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from sqlalchemy import delete, select, tuple_
+
+from kagent_memory_governed import clock
+from kagent_memory_governed.admission import HOUR
+from kagent_memory_governed.errors import Operation, Result
+from kagent_memory_governed.schema import entries, ledger, replays, scopes, turns, usage
+from kagent_memory_governed.store.database import Database, record
+
+
+async def sweep(db: Database, *, batch: int) -> int:
+    now = clock.now()
+    total = 0
+    while True:
+        doomed = (
+            select(entries.c.scope_id, entries.c.entry_id)
+            .where(entries.c.expires_at <= now)
+            .limit(batch)
+            .with_for_update(skip_locked=True)
+        )
+        async with db.transaction() as conn:
+            result = await conn.execute(
+                delete(entries).where(tuple_(entries.c.scope_id, entries.c.entry_id).in_(doomed))
+            )
+            total += result.rowcount
+        if result.rowcount < batch:
+            break
+    retained = now - timedelta(days=db.policy.ledger_retention_days)
+    while True:
+        aged = select(ledger.c.ledger_id).where(ledger.c.at < retained).limit(batch).with_for_update(skip_locked=True)
+        async with db.transaction() as conn:
+            pruned = (await conn.execute(delete(ledger).where(ledger.c.ledger_id.in_(aged)))).rowcount
+        if pruned < batch:
+            break
+    async with db.transaction() as conn:
+        await conn.execute(delete(replays).where(replays.c.expires_at <= now))
+        await conn.execute(delete(usage).where(usage.c.at <= now - HOUR))
+        # turns can only be collected under their scope's current generation, and not after the ceiling
+        await conn.execute(
+            delete(turns).where(
+                turns.c.scope_id == scopes.c.scope_id,
+                (turns.c.generation != scopes.c.generation)
+                | (turns.c.at <= now - timedelta(seconds=db.policy.max_expiry_seconds)),
+            )
+        )
+        await record(conn, Operation.SWEEP, Result.OK, count=total, at=now)
+    return total
