@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections.abc import AsyncIterator
 from urllib.parse import quote
@@ -14,7 +15,9 @@ from bridge import Bridge
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.consent import admit_label
+from kagent_memory_governed.control import MAX_BODY_BYTES
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
 CODES = {reason.value for reason in Reason} | {"internal_error"}
 ANSWERS = {
@@ -130,3 +133,58 @@ async def test_signed_tokens_with_hostile_claims_and_bodies_get_contract_answers
     except (httpx.InvalidURL, UnicodeEncodeError, ValueError):
         return
     check(answer, route)
+
+
+def _label(value: object) -> bool:
+    try:
+        admit_label(value)
+    except GovernedMemoryError:
+        return False
+    return True
+
+
+def expected(path: str, raw: bytes, members: dict) -> int | str:
+    """The contract's rule for a JSON object body, written out independently of the models that apply it."""
+    if len(raw) > MAX_BODY_BYTES:
+        return "body_too_large"
+    if path.endswith("/consent"):
+        labelled = set(members) == {"purpose", "policy_version"} and all(map(_label, members.values()))
+        return 200 if labelled else "bad_input"
+    if set(members) - {"confirm"}:
+        return "bad_input"
+    return 200 if members.get("confirm") is True else "confirmation_required"
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(
+    route=st.sampled_from([route for route in ROUTES if route[0] == "POST"]),
+    members=st.dictionaries(
+        st.sampled_from(["confirm", "purpose", "policy_version", "x"]),
+        st.sampled_from([True, False, 1, 0, 1.0, "true", None, [True], "assist", "v1", "a b", ""]) | json_values,
+        max_size=3,
+    ),
+)
+async def test_an_object_body_gets_the_answer_the_contract_gives_it(client, bridge: Bridge, route, members):
+    method, path = route
+    purpose = "offboard" if path.endswith("offboard") else "control"
+    token = bridge.sign(time.time(), purpose, op=OPERATIONS[route])
+    raw = json.dumps(members).encode()
+    answer = await client.request(method, path, content=raw, headers={"Authorization": f"Bearer {token}"})
+    want = expected(path, raw, members)
+    if want == 200:
+        assert answer.status_code == 200, answer.text
+    else:
+        assert answer.json() == {"error": want}
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
+@given(limit=st.from_regex(r"[0-9+\- .eEx_]{0,4}", fullmatch=True) | st.integers(-5, 100).map(str))
+async def test_a_limit_is_one_to_three_ascii_digits_from_1_to_50(client, bridge: Bridge, limit: str):
+    token = bridge.sign(time.time(), "control", op="entries")
+    answer = await client.get(
+        "/memory/v1/entries", params={"limit": limit}, headers={"Authorization": f"Bearer {token}"}
+    )
+    if re.fullmatch("[0-9]{1,3}", limit) and 1 <= int(limit) <= 50:
+        assert answer.status_code == 200, answer.text
+    else:
+        assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
