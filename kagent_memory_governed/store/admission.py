@@ -14,7 +14,8 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from kagent_memory_governed import clock
 from kagent_memory_governed.admission import HOUR, MINUTE, Bucket, explicit_refusal, hourly_refusal, refill
 from kagent_memory_governed.consent import admit_generation, fence
-from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
+from kagent_memory_governed.errors import Operation, Reason
+from kagent_memory_governed.policy import admit_int
 from kagent_memory_governed.schema import buckets, replays, usage
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store.database import Database, refuse, scope_state
@@ -24,8 +25,7 @@ async def admit(db: Database, key: ScopeKey, generation: int, operation: str, *,
     sid = key.scope_id
     async with db.checking(operation, scope_id=sid):
         admit_generation(generation)
-        if isinstance(units, bool) or not isinstance(units, int) or not 0 <= units <= db.policy.entry_cap:
-            raise GovernedMemoryError(Reason.BAD_INPUT)
+        admit_int(units, low=0, high=db.policy.entry_cap)
     now = clock.now()
     bucket_id = key.sender_agent_id
     async with db.transaction() as conn:

@@ -15,7 +15,7 @@ from sqlalchemy.dialects.postgresql import JSON
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import admit_generation, fence
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
-from kagent_memory_governed.policy import admit_embedding, admit_fact, expiry_seconds
+from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store.database import STATE_COLUMNS, Database, record, refuse, scope_state, state_of
@@ -86,8 +86,7 @@ async def search(
     async with db.checking(Operation.SEARCH, scope_id=sid):
         admit_generation(generation)
         query = admit_embedding(embedding)
-        if isinstance(top_k, bool) or not isinstance(top_k, int) or not 1 <= top_k <= db.policy.entry_cap:
-            raise GovernedMemoryError(Reason.BAD_INPUT)
+        admit_int(top_k, low=1, high=db.policy.entry_cap)
         if not -1.0 <= float(min_score) <= 1.0:
             raise GovernedMemoryError(Reason.BAD_INPUT)
     now = clock.now()
@@ -128,8 +127,7 @@ async def search(
 async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None) -> Page:
     sid = key.scope_id
     async with db.checking(Operation.INSPECT, scope_id=sid):
-        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
-            raise GovernedMemoryError(Reason.BAD_INPUT)
+        admit_int(limit, low=1, high=MAX_PAGE)
         after = _decode_cursor(key, cursor) if cursor is not None else None
     now = clock.now()
     query = (
