@@ -17,10 +17,10 @@ import uuid
 from pathlib import Path
 
 from kagent_memory_governed.embedded import start
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact, Store
+from kagent_memory_governed.testing.embedder import embed
 
 
 def key() -> ScopeKey:

@@ -28,10 +28,10 @@ from pathlib import Path
 
 from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import GovernedMemoryError
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact, Store
+from kagent_memory_governed.testing.embedder import embed
 
 CAP = 12  # a low cap, so the cap is contended too
 VECTOR = embed("a remembered fact")

@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import sys
+import warnings
 from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
@@ -76,8 +78,15 @@ def main(argv: list[str] | None = None) -> int:
     try:
         settings = Settings()
         if args.command == "demo":
-            from kagent_memory_governed.demo import run
-
+            os.environ.setdefault("LOG_LEVEL", "ERROR")  # before kagent configures logging on import
+            warnings.filterwarnings("ignore", message=r".*EXPERIMENTAL.*")
+            try:
+                from kagent_memory_governed.testing.demo import run
+            except ImportError:
+                print(
+                    "the demo needs the testing extra: pip install 'kagent-memory-governed[testing]'", file=sys.stderr
+                )
+                return 2
             asyncio.run(run(settings))
         else:
             asyncio.run(_with_store(settings, _migrate if args.command == "migrate" else _sweep))

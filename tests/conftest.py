@@ -7,38 +7,23 @@ Unset: one embedded PostgreSQL 18 + pgvector server per test session.
 
 from __future__ import annotations
 
-import atexit
-import itertools
 import os
-import shutil
-import tempfile
-from pathlib import Path
 
 # kagent-adk reads these when it builds an app; the runtime tests never reach a controller.
 os.environ.setdefault("KAGENT_URL", "http://controller.invalid")
 os.environ.setdefault("KAGENT_NAMESPACE", "kagent")
 os.environ.setdefault("KAGENT_NAME", "helper")
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 import pytest
+from support import make_key, private_directory
 
 from kagent_memory_governed.embedded import start
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.policy import Policy
-from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
-from kagent_memory_governed.store import NewFact, Store
-
-_serial = itertools.count()
-
-
-def private_directory(prefix: str) -> Path:
-    """A directory outside pytest's temporary tree, which other pytest sessions of this user may clean up
-    while a server still runs in it; removed when this process exits."""
-    path = Path(tempfile.mkdtemp(prefix=f"kagent-memory-governed-{prefix}-"))
-    atexit.register(shutil.rmtree, path, True)
-    return path
+from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import HOMESERVER, ISSUER, Bridge, CountingEmbedder
 
 
 @pytest.fixture(scope="session")
@@ -56,23 +41,17 @@ async def store(database_url: str) -> AsyncIterator[Store]:
 
 @pytest.fixture(scope="session")
 def bridge():
-    from bridge import Bridge
-
     return Bridge()
 
 
 @pytest.fixture(scope="session")
 def embedder():
-    from agent import CountingEmbedder
-
     return CountingEmbedder()
 
 
 @pytest.fixture(scope="session")
 def runtime(store: Store, bridge, embedder):
     """Governed memory installed into this test process, once: kagent-adk's own classes are replaced."""
-    from bridge import HOMESERVER, ISSUER
-
     from kagent_memory_governed import install
     from kagent_memory_governed.settings import Settings
 
@@ -146,16 +125,6 @@ async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
         await conn.close()
 
 
-def make_key(
-    user: str = "alice", *, origin: Origin = Origin.NATIVE, agent: str = "kagent/helper", room: str | None = None
-) -> ScopeKey:
-    return ScopeKey(
-        Principal.parse(f"@{user}:example.org", origin.value),
-        AgentId.parse(agent),
-        ControlRoom.parse(room or f"!room{next(_serial)}:example.org"),
-    )
-
-
 @pytest.fixture
 def key() -> ScopeKey:
     return make_key()
@@ -164,15 +133,3 @@ def key() -> ScopeKey:
 @pytest.fixture
 def new_key() -> Callable[..., ScopeKey]:
     return make_key
-
-
-def facts(*texts: str) -> list[NewFact]:
-    return [NewFact(text, embed(text)) for text in texts]
-
-
-async def refusal(work: Awaitable[object]) -> Reason:
-    """The reason code ``work`` was refused with; fails the test if it was admitted."""
-    with pytest.raises(GovernedMemoryError) as refused:
-        await work
-    assert str(refused.value) == refused.value.reason.value  # the code is the whole message
-    return refused.value.reason

@@ -13,18 +13,27 @@ from pathlib import Path
 import httpx
 import kagent.adk._a2a as a2a
 import pytest
-from agent import CARD, CONFIG, A2AClient, ScriptedModel, build_app, new_context, reply_text
-from bridge import HOMESERVER, pod_environment
 from controller import FakeController
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from google.adk.sessions import InMemorySessionService
 from kagent.adk import AgentConfig
+from support import pod_environment
 
 import kagent_memory_governed
 from kagent_memory_governed.adk.integration import upstream_has_plugins
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import (
+    CARD,
+    CONFIG,
+    HOMESERVER,
+    A2AClient,
+    ScriptedModel,
+    build_app,
+    new_context,
+    reply_text,
+)
 
 ALICE = f"@alice:{HOMESERVER}"
 BIN = Path(sys.executable).parent

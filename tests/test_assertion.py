@@ -11,13 +11,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
-from bridge import HOMESERVER, Bridge, b64, compact
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from kagent_memory_governed.assertion import Operation, Trust, verify
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.testing import HOMESERVER, Bridge, b64, compact
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 T = NOW.timestamp()

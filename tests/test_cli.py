@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -54,9 +55,18 @@ def test_an_unreachable_database_is_a_reason_code(tmp_path: Path):
     assert (result.returncode, result.stderr) == (1, "refused: store_unavailable\n")
 
 
+def _without_ids_and_times(output: str) -> str:
+    output = re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "<id>", output)
+    output = re.sub(r"!demo[0-9a-f]+:", "!<room>:", output)
+    return re.sub(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", "<time>", output)
+
+
 def test_the_demo_runs_the_whole_lifecycle_through_the_runtime_on_the_embedded_default(tmp_path: Path):
     result = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
+    again = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
+    assert _without_ids_and_times(again.stdout) == _without_ids_and_times(result.stdout)  # the same every run
+    assert result.stderr == ""
     steps = result.stdout.split("\n== ")[1:]
     expected = [
         ("migrate", f"schema revision {Store.head_revision()}"),

@@ -11,16 +11,15 @@ from datetime import timedelta
 
 import httpx
 import pytest
-from agent import ScriptedModel, build_app
-from bridge import HOMESERVER, Bridge, compact
-from conftest import facts
 from freezegun import freeze_time
+from support import facts
 
 from kagent_memory_governed import clock, control
 from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import HOMESERVER, Bridge, ScriptedModel, build_app, compact
 
 ALICE, BOB = f"@alice:{HOMESERVER}", f"@bob:{HOMESERVER}"
 ROOM = f"!control:{HOMESERVER}"

@@ -10,14 +10,13 @@ from urllib.parse import quote
 
 import httpx
 import pytest
-from agent import ScriptedModel, build_app
-from bridge import Bridge
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kagent_memory_governed.consent import admit_label
 from kagent_memory_governed.control import MAX_BODY_BYTES
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.testing import Bridge, ScriptedModel, build_app
 
 CODES = {reason.value for reason in Reason} | {"internal_error"}
 ANSWERS = {
@@ -143,10 +142,23 @@ def _label(value: object) -> bool:
     return True
 
 
+def _strict_json(raw: bytes) -> bool:
+    def refuse(constant: str) -> None:
+        raise ValueError(constant)
+
+    try:
+        json.loads(raw, parse_constant=refuse)
+    except ValueError:
+        return False
+    return True
+
+
 def expected(path: str, raw: bytes, members: dict) -> int | str:
     """The contract's rule for a JSON object body, written out independently of the models that apply it."""
     if len(raw) > MAX_BODY_BYTES:
         return "body_too_large"
+    if not _strict_json(raw):  # NaN and Infinity are not JSON, whatever member they are in
+        return "bad_input"
     if path.endswith("/consent"):
         labelled = set(members) == {"purpose", "policy_version"} and all(map(_label, members.values()))
         return 200 if labelled else "bad_input"

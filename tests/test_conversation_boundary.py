@@ -13,8 +13,6 @@ from dataclasses import dataclass
 
 import httpx
 import pytest
-from agent import A2AClient, ScriptedModel, build_app, new_context, reply_text, system_instruction
-from bridge import HOMESERVER, Bridge
 from controller import FakeController
 from google.adk.models import LlmRequest
 from kagent.adk.models._openai import OpenAI
@@ -24,6 +22,16 @@ from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import (
+    HOMESERVER,
+    A2AClient,
+    Bridge,
+    ScriptedModel,
+    build_app,
+    new_context,
+    reply_text,
+    system_instruction,
+)
 
 ALICE = f"@alice:{HOMESERVER}"
 TEA = "my favourite tea is a smoky lapsang souchong"
@@ -212,7 +220,7 @@ async def test_a_provider_failure_inside_memory_work_answers_a_reason_code_only(
 ):
     key = verify(bridge.sign(time.time()), bridge.trust(), now=now(), user_id=ALICE).key
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
-    from conftest import facts
+    from support import facts
 
     await store.write(key, generation, facts(TEA))
     seen: list[httpx.Request] = []

@@ -9,14 +9,15 @@ import sys
 from pathlib import Path
 
 import pytest
-from bridge import HOMESERVER, ISSUER, pod_environment
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+from support import pod_environment
 
 from kagent_memory_governed import doctor
 from kagent_memory_governed.adk import runtime as runtime_module
 from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.testing import HOMESERVER, ISSUER
 
 CHECKS = [
     "policy",

@@ -8,7 +8,6 @@ import time
 from datetime import UTC, datetime
 
 import pytest
-from bridge import Bridge, compact
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -16,6 +15,7 @@ from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_embedding, admit_fact
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal
+from kagent_memory_governed.testing import Bridge, compact
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 anything = st.one_of(
@@ -36,10 +36,12 @@ confusable_mxids = st.builds(
 )
 
 
-def refused_cleanly(call, value) -> None:
+def refused_cleanly(call, value, reason: Reason = Reason.BAD_INPUT) -> None:
+    """``call(value)`` is admitted, or refused with ``reason`` and nothing but its code."""
     try:
         call(value)
     except GovernedMemoryError as refused:
+        assert refused.reason is reason
         assert str(refused) == refused.reason.value  # the code is the whole message: nothing echoed
 
 

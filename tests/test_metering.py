@@ -6,13 +6,12 @@ import time
 
 import httpx
 import pytest
-from agent import A2AClient, ScriptedModel, build_app, new_context, reply_text
-from bridge import HOMESERVER
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from sqlalchemy import event
 
 from kagent_memory_governed import metering
 from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.testing import HOMESERVER, A2AClient, ScriptedModel, build_app, new_context, reply_text
 
 ALICE = f"@alice:{HOMESERVER}"
 

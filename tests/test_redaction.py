@@ -16,17 +16,24 @@ from collections.abc import AsyncIterator, Iterator
 import asyncpg
 import httpx
 import pytest
-from agent import A2AClient, ScriptedModel, build_app, new_context, system_instruction
-from bridge import HOMESERVER, Bridge
-from conftest import facts
 from kagent.adk.types import EmbeddingConfig
 from kagent.core._logging import configure_logging
+from support import facts
 
 from kagent_memory_governed.adk.service import kagent_embedder
 from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.redaction import scrub_record
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import (
+    HOMESERVER,
+    A2AClient,
+    Bridge,
+    ScriptedModel,
+    build_app,
+    new_context,
+    system_instruction,
+)
 
 ALICE = f"@alice:{HOMESERVER}"
 

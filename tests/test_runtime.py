@@ -11,15 +11,24 @@ from collections.abc import AsyncIterator
 import asyncpg
 import httpx
 import pytest
-from agent import A2AClient, ScriptedModel, build_app, new_context, reply_text, system_instruction
-from bridge import HOMESERVER, Bridge, compact
-from conftest import facts
+from support import facts
 
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.adk.tools import GovernedLoadMemoryTool, GovernedSaveMemoryTool
 from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import (
+    HOMESERVER,
+    A2AClient,
+    Bridge,
+    ScriptedModel,
+    build_app,
+    compact,
+    new_context,
+    reply_text,
+    system_instruction,
+)
 
 ALICE = f"@alice:{HOMESERVER}"
 BOB = f"@bob:{HOMESERVER}"

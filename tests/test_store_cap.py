@@ -8,8 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-from conftest import facts, refusal
 from freezegun import freeze_time
+from support import facts, refusal
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy

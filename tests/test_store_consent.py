@@ -6,13 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-from conftest import facts, refusal
 from freezegun import freeze_time
+from support import facts, refusal
 
 from kagent_memory_governed.errors import Reason
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import embed
 
 SENTINEL = "SENTINEL-7d1f-the-user-secretly-hates-mondays"
 

@@ -7,14 +7,14 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from conftest import facts, refusal
 from sqlalchemy import event
+from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import Reason
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import embed
 
 
 async def _consented(store: Store, key: ScopeKey, *texts: str) -> tuple[int, list[uuid.UUID]]:

@@ -6,13 +6,13 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-from conftest import facts
 from freezegun import freeze_time
+from support import facts
 
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import embed
 
 T0 = datetime(2026, 5, 4, 9, 30, tzinfo=UTC)
 

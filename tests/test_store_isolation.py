@@ -6,13 +6,13 @@ import base64
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from conftest import facts, make_key, refusal
 from freezegun import freeze_time
+from support import facts, make_key, refusal
 
 from kagent_memory_governed.errors import Reason
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.scope import Origin, ScopeKey
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import embed
 
 SECRET = "alice keeps her spare key under the blue flowerpot"
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncpg
-from conftest import facts, refusal
+from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import Reason

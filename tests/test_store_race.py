@@ -13,11 +13,11 @@ from collections import Counter
 
 import asyncpg
 import pytest
-from conftest import facts, make_key
+from support import facts, make_key
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.local_embedding import embed
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import embed
 
 TRIALS = int(os.environ.get("KAGENT_GOVERNED_MEMORY_RACE_TRIALS", "200"))
 FENCED = {Reason.CONSENT_DISABLED, Reason.CONSENT_STALE, Reason.ENTRY_CAP_REACHED}

@@ -7,8 +7,8 @@ import asyncio
 from datetime import timedelta
 
 import asyncpg
-from conftest import facts, refusal
 from freezegun import freeze_time
+from support import facts, refusal
 
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.errors import Reason

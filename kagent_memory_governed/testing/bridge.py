@@ -1,13 +1,12 @@
-"""A test double of the Matrix bridge: it holds an Ed25519 key and signs scope and control assertions."""
+"""A test double of the Matrix bridge: it holds an Ed25519 key and signs scope headers and control tokens,
+and can sign anything else a test needs to attack with (other claims, other headers, other algorithms)."""
 
 from __future__ import annotations
 
 import base64
 import json
-import os
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
@@ -73,22 +72,3 @@ class Bridge:
         return compact(
             header or {"alg": "EdDSA", "typ": "JWT"}, self.claims(now, purpose, **changes), self.private_key.sign
         )
-
-
-def pod_environment(tmp_path: Path, bridge: Bridge, database_url: str, **extra: str) -> dict[str, str]:
-    """The environment of an agent pod trusting ``bridge``: activation on, the key mounted as a file."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
-    key = tmp_path / "bridge.pem"
-    key.write_text(bridge.public_pem)
-    env.update(
-        KAGENT_GOVERNED_MEMORY="on",
-        KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url,
-        KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=f"@{key}",
-        KAGENT_GOVERNED_MEMORY_BRIDGE_ISSUER=ISSUER,
-        KAGENT_GOVERNED_MEMORY_HOMESERVER=HOMESERVER,
-        KAGENT_URL="http://controller.invalid",
-        KAGENT_NAMESPACE="kagent",
-        KAGENT_NAME="helper",
-    )
-    env.update(extra)
-    return env

@@ -1,0 +1,93 @@
+"""Upstream's real ``KAgentApp`` with an agent from kagent's own ``AgentConfig``, and an A2A client that
+speaks to it over ASGI as the Matrix bridge does (``X-User-Id``, ``X-Memory-Scope``)."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from typing import Any
+
+import httpx
+from a2a.types import AgentCard
+from google.adk.models import BaseLlm
+from kagent.adk import AgentConfig, KAgentApp
+
+CONFIG = {
+    "model": {"type": "openai", "model": "gpt-4o-mini"},
+    "description": "a helpful test agent",
+    "instruction": "You are helpful.",
+    "memory": {"ttl_days": 7, "embedding": {"provider": "openai", "model": "text-embedding-3-small"}},
+}
+CARD = {
+    "name": "helper",
+    "description": "a helpful test agent",
+    "url": "http://localhost:8080/",
+    "version": "0.1",
+    "capabilities": {"streaming": False},
+    "skills": [],
+    "defaultInputModes": ["text"],
+    "defaultOutputModes": ["text"],
+}
+
+
+def build_app(model: BaseLlm, *, config: dict | None = None, local: bool = True, streaming: bool = False) -> Any:
+    agent_config = AgentConfig.model_validate(config or CONFIG)
+    card = AgentCard.model_validate({**CARD, "capabilities": {"streaming": streaming}})
+
+    def factory():
+        agent = agent_config.to_agent("helper")
+        agent.model = model
+        return agent
+
+    app = KAgentApp(factory, card, "http://controller.invalid", "kagent__NS__helper", agent_config=agent_config)
+    return app.build(local=local)
+
+
+class A2AClient:
+    """Speaks A2A JSON-RPC ``message/send`` with the bridge's headers."""
+
+    def __init__(self, http: httpx.AsyncClient) -> None:
+        self.http = http
+
+    async def send(self, text: str, *, context_id: str, user: str | None, scope: str | None) -> dict:
+        answer = await self.http.post("/", **self._request("message/send", text, context_id, user, scope))
+        assert answer.status_code == 200
+        return answer.json()
+
+    async def stream(self, text: str, *, context_id: str, user: str | None, scope: str | None) -> str:
+        """``message/stream``: the whole server-sent event stream, as text."""
+        answer = await self.http.post("/", **self._request("message/stream", text, context_id, user, scope))
+        assert answer.status_code == 200 and answer.headers["content-type"].startswith("text/event-stream")
+        return answer.text
+
+    @staticmethod
+    def _request(method: str, text: str, context_id: str, user: str | None, scope: str | None) -> dict:
+        headers = {}
+        if user is not None:
+            headers["X-User-Id"] = user
+        if scope is not None:
+            headers["X-Memory-Scope"] = scope
+        body = {
+            "jsonrpc": "2.0",
+            "id": str(uuid.uuid4()),
+            "method": method,
+            "params": {
+                "message": {
+                    "kind": "message",
+                    "role": "user",
+                    "messageId": str(uuid.uuid4()),
+                    "contextId": context_id,
+                    "parts": [{"kind": "text", "text": text}],
+                }
+            },
+        }
+        return {"json": body, "headers": headers}
+
+
+def reply_text(answer: dict) -> str:
+    """All text the agent sent back in a ``message/send`` answer."""
+    return json.dumps(answer.get("result", {}))
+
+
+def new_context() -> str:
+    return str(uuid.uuid4())

