@@ -63,6 +63,7 @@ STATUS_CODES: dict[Reason, int] = {
     Reason.FACT_TOO_LARGE: 422,
     Reason.RATE_LIMITED: 429,
     Reason.HOURLY_CEILING: 429,
+    Reason.INTERNAL_ERROR: 500,
 }  # everything else (store_unavailable, erasure_failed, schema_outdated, ...) is 503
 
 
@@ -114,7 +115,7 @@ class _ReasonCodeRoute(APIRoute):
             except GovernedMemoryError as refused:
                 return error_response(refused.reason)
             except Exception:  # never a traceback or exception text to the caller
-                return JSONResponse({"error": "internal_error"}, status_code=500)
+                return error_response(Reason.INTERNAL_ERROR)
 
         return guarded
 

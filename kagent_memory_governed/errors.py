@@ -42,6 +42,7 @@ class Reason(StrEnum):
     BAD_INPUT = "bad_input"
     BODY_TOO_LARGE = "body_too_large"
     METHOD_NOT_ALLOWED = "method_not_allowed"
+    INTERNAL_ERROR = "internal_error"
     SCHEMA_OUTDATED = "schema_outdated"
     UNSUPPORTED_DATABASE = "unsupported_database"
 

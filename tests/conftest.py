@@ -17,46 +17,41 @@ from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 import pytest
-from support import make_key, private_directory
+from support import make_key
 
-from kagent_memory_governed.embedded import start
-from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
-from kagent_memory_governed.testing import HOMESERVER, ISSUER, Bridge, CountingEmbedder
+from kagent_memory_governed.testing import Bridge, CountingEmbedder
+from kagent_memory_governed.testing.plugin import empty_tables
+
+# The suite stands on the package's own pytest plugin (kagent_memory_governed.testing.plugin).
 
 
 @pytest.fixture(scope="session")
-def database_url() -> str:
-    return os.environ.get("KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL") or start(private_directory("pg") / "pg")
+def database_url(governed_database_url: str) -> str:
+    return governed_database_url
 
 
 @pytest.fixture(scope="session")
-async def store(database_url: str) -> AsyncIterator[Store]:
-    governed = Store.connect(database_url, Policy(), pool_size=10, max_overflow=20)
-    await governed.migrate()
-    yield governed
-    await governed.close()
+def store(governed_store: Store) -> Store:
+    return governed_store
 
 
 @pytest.fixture(scope="session")
-def bridge():
-    return Bridge()
+def bridge(governed_private_key) -> Bridge:
+    """The bridge double signs with the key the installed runtime trusts, and can sign anything else too."""
+    return Bridge(private_key=governed_private_key)
 
 
 @pytest.fixture(scope="session")
-def embedder():
-    return CountingEmbedder()
+def embedder(governed_embedder: CountingEmbedder) -> CountingEmbedder:
+    return governed_embedder
 
 
 @pytest.fixture(scope="session")
-def runtime(store: Store, bridge, embedder):
+def runtime(governed_runtime):
     """Governed memory installed into this test process, once: kagent-adk's own classes are replaced."""
-    from kagent_memory_governed import install
-    from kagent_memory_governed.settings import Settings
-
-    settings = Settings(bridge_public_key=bridge.public_pem, bridge_issuer=ISSUER, homeserver=HOMESERVER)
-    return install(settings=settings, store=store, embedder=embedder)
+    return governed_runtime
 
 
 @pytest.fixture
@@ -114,15 +109,8 @@ async def sql(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 @pytest.fixture(autouse=True)
 async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     yield
-    if "database_url" in request.fixturenames:
-        conn = await asyncpg.connect(
-            request.getfixturevalue("database_url").replace("postgresql+asyncpg://", "postgresql://")
-        )
-        await conn.execute(
-            "TRUNCATE governed_memory.entries, governed_memory.ledger, governed_memory.scopes, governed_memory.replays,"
-            " governed_memory.buckets, governed_memory.usage, governed_memory.turns"
-        )
-        await conn.close()
+    if "governed_database_url" in request.fixturenames:  # the test touched the database
+        await empty_tables(request.getfixturevalue("governed_database_url"))
 
 
 @pytest.fixture
