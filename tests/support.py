@@ -1,21 +1,27 @@
-"""Helpers the tests share: keys, facts, refusals, private directories and a pod's environment."""
+"""Helpers the tests share: keys, facts, refusals, private directories, a pod's environment and a served agent."""
 
 from __future__ import annotations
 
 import atexit
 import itertools
+import json
 import os
 import shutil
+import socket
+import subprocess
+import sys
 import tempfile
+import time
 from collections.abc import Awaitable
 from pathlib import Path
 
+import httpx
 import pytest
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact
-from kagent_memory_governed.testing import HOMESERVER, ISSUER, Bridge, embed
+from kagent_memory_governed.testing import CARD, CONFIG, HOMESERVER, ISSUER, Bridge, embed
 
 _serial = itertools.count()
 
@@ -67,3 +73,40 @@ def pod_environment(tmp_path: Path, bridge: Bridge, database_url: str, **extra: 
     )
     env.update(extra)
     return env
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
+    """``kagent-memory-governed static`` (upstream's server, governed) on a free loopback port."""
+    config = tmp_path / "config"
+    config.mkdir(exist_ok=True)
+    (config / "config.json").write_text(json.dumps(CONFIG))
+    (config / "agent-card.json").write_text(json.dumps(CARD))
+    port = free_port()
+    command = [
+        str(Path(sys.executable).parent / "kagent-memory-governed"),
+        "static",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
+    server = subprocess.Popen(
+        [*command, "--filepath", str(config)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+    )
+    return server, f"http://127.0.0.1:{port}"
+
+
+def wait_for_health(server: subprocess.Popen, url: str) -> httpx.Response | None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            return httpx.get(f"{url}/health", timeout=1)
+        except httpx.TransportError:
+            time.sleep(0.2)  # waiting for a real server to listen; no clock-dependent behaviour is tested
+    return None

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import json
 import os
-import socket
 import subprocess
 import sys
 import time
@@ -18,14 +16,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from google.adk.sessions import InMemorySessionService
 from kagent.adk import AgentConfig
-from support import pod_environment
+from support import pod_environment, serve, wait_for_health
 
 import kagent_memory_governed
 from kagent_memory_governed.adk.integration import upstream_has_plugins
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import (
-    CARD,
     CONFIG,
     HOMESERVER,
     A2AClient,
@@ -166,41 +163,12 @@ def test_a_small_order_bridge_key_stops_start_up_naming_the_setting_only(tmp_pat
     )
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
-
-
-def _serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    config = tmp_path / "config"
-    config.mkdir(exist_ok=True)
-    (config / "config.json").write_text(json.dumps(CONFIG))
-    (config / "agent-card.json").write_text(json.dumps(CARD))
-    port = _free_port()
-    command = [str(BIN / "kagent-memory-governed"), "static", "--host", "127.0.0.1", "--port", str(port)]
-    server = subprocess.Popen(
-        [*command, "--filepath", str(config)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
-    return server, f"http://127.0.0.1:{port}"
-
-
-def _wait_for_health(server: subprocess.Popen, url: str) -> httpx.Response | None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline and server.poll() is None:
-        try:
-            return httpx.get(f"{url}/health", timeout=1)
-        except httpx.TransportError:
-            time.sleep(0.2)  # waiting for a real server to listen; no clock-dependent behaviour is tested
-    return None
-
-
 def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database_url: str, store):
     env = pod_environment(tmp_path, bridge, database_url)
     env.pop("KAGENT_GOVERNED_MEMORY")  # the console script installs governed memory itself
-    server, url = _serve(tmp_path, env)
+    server, url = serve(tmp_path, env)
     try:
-        health = _wait_for_health(server, url)
+        health = wait_for_health(server, url)
         assert health is not None and health.status_code == 200
         status = httpx.get(f"{url}/memory/v1/status", timeout=5)
         assert (status.status_code, status.json()) == (401, {"error": "no_assertion"})
@@ -219,7 +187,7 @@ def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database
 def test_the_server_refuses_to_start_on_an_unmigrated_database(tmp_path: Path, bridge, database_url: str, store):
     env = pod_environment(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
     env.pop("KAGENT_GOVERNED_MEMORY")
-    server, url = _serve(tmp_path, env)
+    server, url = serve(tmp_path, env)
     try:
         output, _ = server.communicate(timeout=120)
     finally:
