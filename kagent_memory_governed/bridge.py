@@ -128,12 +128,14 @@ class Memories(_Answer):
 
 
 class Erasure(_Answer):
-    """What an erasure answered: every one is verified and fences (``generation``; not for offboarding)."""
+    """What an erasure answered, as sent: every one is verified; all but offboarding fence (``generation``)."""
 
+    deleted: bool | None = None  # forget
+    enabled: bool | None = None  # off
+    scopes: int | None = None  # offboard
+    erased: int | None = None
     verified: bool
     generation: int | None = None
-    erased: int | None = None
-    scopes: int | None = None
 
 
 A = TypeVar("A", bound=_Answer)

@@ -19,22 +19,25 @@ import logging
 import os
 import shutil
 import tempfile
-import time
 import uuid
 from datetime import timedelta
 from pathlib import Path
 
 import httpx
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from freezegun import freeze_time
 from google.adk.models import LlmRequest
+from pydantic import BaseModel
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.adk.service import GovernedMemoryService
+from kagent_memory_governed.bridge import AsyncControlClient, ScopeSigner, Subject
+from kagent_memory_governed.control import rfc3339
 from kagent_memory_governed.embedded import database_url
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing.agent import A2AClient, build_app
-from kagent_memory_governed.testing.bridge import AGENT, HOMESERVER, ISSUER, Bridge
+from kagent_memory_governed.testing.bridge import AGENT, HOMESERVER, ISSUER
 from kagent_memory_governed.testing.embedder import local_embedder
 from kagent_memory_governed.testing.model import ScriptedModel, system_instruction
 
@@ -63,29 +66,14 @@ def _step(title: str) -> None:
     print(f"\n== {title}")
 
 
-class _Bridge:
-    """The demo's side of the bridge: one subject in one control room, a token per call."""
-
-    def __init__(self, http: httpx.AsyncClient, signer: Bridge) -> None:
-        self.http, self.signer, self.agent = http, signer, A2AClient(http)
-        self.subject = f"@demo{uuid.uuid4().hex[:8]}:{HOMESERVER}"
-        self.room = f"!demo{uuid.uuid4().hex[:12]}:{HOMESERVER}"
-
-    def _claims(self) -> dict:
-        return {"sub": self.subject, "room": self.room}
-
-    def control(self, op: str) -> dict[str, str]:
-        """A fresh token for one control call: the bridge mints one per operation."""
-        return {"Authorization": f"Bearer {self.signer.sign(time.time(), 'control', op=op, **self._claims())}"}
-
-    async def chat(self, text: str, *, generation: int) -> str:
-        scope = self.signer.sign(time.time(), gen=generation, **self._claims())
-        answer = (await self.agent.send(text, context_id=uuid.uuid4().hex, user=self.subject, scope=scope))["result"]
-        texts = [p.get("text", "") for a in answer.get("artifacts") or [] for p in a.get("parts", [])]
-        return f"task {answer['status']['state']}; agent said {' '.join(texts) or '(nothing)'}"
-
-    async def status(self) -> dict:
-        return (await self.http.get("/memory/v1/status", headers=self.control("status"))).json()
+async def _chat(memory: AsyncControlClient, text: str) -> str:
+    """One A2A message as the bridge sends it (a new session each time), and what came back."""
+    headers = memory.headers()
+    answer = await A2AClient(memory.http).send(
+        text, context_id=uuid.uuid4().hex, user=headers["X-User-Id"], scope=headers["X-Memory-Scope"]
+    )
+    texts = [p.get("text", "") for a in answer["result"].get("artifacts") or [] for p in a.get("parts", [])]
+    return f"task {answer['result']['status']['state']}; agent said {' '.join(texts) or '(nothing)'}"
 
 
 async def run(settings: Settings) -> None:
@@ -107,7 +95,7 @@ async def run(settings: Settings) -> None:
     try:
         _step("migrate the embedded PostgreSQL (pgvector)")
         print(f"schema revision {await store.migrate()}")
-        signer = Bridge()
+        signer = ScopeSigner(Ed25519PrivateKey.generate(), ISSUER, AGENT)
         trusted = settings.model_copy(
             update={
                 "bridge_public_key": signer.public_pem,
@@ -121,55 +109,54 @@ async def run(settings: Settings) -> None:
         model = ScriptedModel().script(on_user=_saves, reply=_remembered)
         app = build_app(model, config=CONFIG)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
-            await _lifecycle(http, _Bridge(http, signer), runtime.service)
+            subject = Subject(f"@demo:{HOMESERVER}", f"!demo{uuid.uuid4().hex[:12]}:{HOMESERVER}")
+            await _lifecycle(AsyncControlClient(http, signer, subject), runtime.service)
     finally:
         await store.close()
 
 
-async def _lifecycle(http: httpx.AsyncClient, bridge: _Bridge, service: GovernedMemoryService) -> None:
+async def _lifecycle(memory: AsyncControlClient, service: GovernedMemoryService) -> None:
     _step("before consent: the agent tries to save; nothing is collected")
-    print(await bridge.chat("Please remember that I take my coffee black.", generation=1))
-    before = await bridge.status()
-    print(f"status: enabled={before['enabled']} entries={before['entries']}")
+    print(await _chat(memory, "Please remember that I take my coffee black."))
+    before = await memory.status()
+    print(f"status: enabled={before.enabled} entries={before.entries}")
 
     _step("explicit, versioned consent for this control room (POST /memory/v1/consent)")
-    body = {"purpose": "personal-assistant", "policy_version": "2026-11"}
-    grant = (await http.post("/memory/v1/consent", json=body, headers=bridge.control("consent"))).json()
-    print(grant)
-    generation = grant["generation"]
+    print(_shown(await memory.consent("personal-assistant", "2026-11")))
 
     _step("a chat that saves a fact under the consented generation")
-    print(await bridge.chat("Please remember that I take my coffee black.", generation=generation))
-    print(f"status: entries={(await bridge.status())['entries']}")
+    print(await _chat(memory, "Please remember that I take my coffee black."))
+    print(f"status: entries={(await memory.status()).entries}")
 
     _step("a new session: prefetch recalls it on the first message")
-    print(await bridge.chat("How do I take my coffee? Remind me of my coffee habits please.", generation=generation))
+    print(await _chat(memory, "How do I take my coffee? Remind me of my coffee habits please."))
 
     _step("inspect (GET /memory/v1/entries): the subject's own view")
-    listed = (await http.get("/memory/v1/entries?limit=10", headers=bridge.control("entries"))).json()
-    for entry in listed["entries"]:
-        print(f"{entry['id']}  {entry['source_scope']}  expires {entry['expires_at']}  {entry['text']!r}")
+    listed = await memory.entries(limit=10)
+    for entry in listed.entries:
+        print(f"{entry.id}  {entry.source_scope}  expires {rfc3339(entry.expires_at)}  {entry.text!r}")
 
     _step("forget exactly that entry (DELETE /memory/v1/entries/{id}), verified")
-    forgot = await http.delete(f"/memory/v1/entries/{listed['entries'][0]['id']}", headers=bridge.control("forget"))
-    print(forgot.json())
-    generation = forgot.json()["generation"]
-    print(f"status: entries={(await bridge.status())['entries']}")
+    print(_shown(await memory.forget(listed.entries[0].id)))
+    print(f"status: entries={(await memory.status()).entries}")
 
     _step("hard expiry under a frozen clock")
-    print(await bridge.chat("Please remember that my desk is by the window.", generation=generation))
+    print(await _chat(memory, "Please remember that my desk is by the window."))
     with freeze_time(clock.now() + timedelta(days=7), real_asyncio=True):
-        print(f"7 days later: entries={(await bridge.status())['entries']}")
-        print(await bridge.chat("Where is my desk? Please tell me where my desk is located.", generation=generation))
+        print(f"7 days later: entries={(await memory.status()).entries}")
+        print(await _chat(memory, "Where is my desk? Please tell me where my desk is located."))
         print(f"sweep physically deleted {await service.store.sweep()} expired entries")
 
     _step("off: disable first, then erase and verify (POST /memory/v1/off)")
-    print(await bridge.chat("Please remember that I cycle to work.", generation=generation))
-    off = (await http.post("/memory/v1/off", json={"confirm": True}, headers=bridge.control("off"))).json()
-    print(off)
-    print(await bridge.chat("Please remember that I cycle to work.", generation=generation))
-    final = await bridge.status()
-    print(
-        f"status: enabled={final['enabled']} entries={final['entries']} last erasure={final['last_erasure']['result']}"
-    )
+    print(await _chat(memory, "Please remember that I cycle to work."))
+    print(_shown(await memory.off()))
+    print(await _chat(memory, "Please remember that I cycle to work."))
+    final = await memory.status()
+    erasure = final.last_erasure.result if final.last_erasure else None
+    print(f"status: enabled={final.enabled} entries={final.entries} last erasure={erasure}")
     await service.drain()
+
+
+def _shown(answer: BaseModel) -> dict:
+    """An answer as the control API sent it (what was set), for the demo's evidence lines."""
+    return answer.model_dump(exclude_none=True)
