@@ -12,9 +12,9 @@ import os
 import sys
 
 from kagent_memory_governed.errors import ConfigurationError
-from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.settings import SWITCH, Settings
 
-ENVIRONMENT_SWITCH = "KAGENT_GOVERNED_MEMORY"
+ENVIRONMENT_SWITCH = SWITCH
 EXIT_ACTIVATION_FAILED = 78  # EX_CONFIG
 
 

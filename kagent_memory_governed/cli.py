@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
-from kagent_memory_governed.embedded import database_url
+from kagent_memory_governed.embedded import database_url, describe
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
@@ -32,7 +32,9 @@ async def _sweep(store: Store) -> None:
 
 
 async def _with_store(settings: Settings, work: Callable[[Store], Awaitable[None]]) -> None:
-    store = Store.connect(database_url(settings), settings.load_policy())
+    url = database_url(settings)
+    print(f"database: {describe(settings)}")
+    store = Store.connect(url, settings.load_policy())
     try:
         await work(store)
     finally:

@@ -11,8 +11,11 @@ from __future__ import annotations
 from pathlib import Path
 from urllib.parse import parse_qs, urlparse
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
 from kagent_memory_governed.errors import ConfigurationError
-from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.settings import Settings, in_kubernetes_pod
 
 
 def start(data_dir: Path) -> str:
@@ -34,5 +37,28 @@ def start(data_dir: Path) -> str:
 
 
 def database_url(settings: Settings) -> str:
-    """The configured database URL, or the embedded server's when none is configured."""
-    return settings.database_url or start(settings.data_dir / "postgres")
+    """The configured database URL, or the embedded server's when none is configured. Inside a Kubernetes
+    pod a missing URL is a configuration error unless ``KAGENT_GOVERNED_MEMORY_EMBEDDED=true`` asks for it."""
+    if settings.database_url:
+        return settings.database_url
+    if in_kubernetes_pod() and not settings.embedded:
+        raise ConfigurationError(
+            "KAGENT_GOVERNED_MEMORY_DATABASE_URL is not set; inside a Kubernetes pod the embedded PostgreSQL"
+            " is used only with KAGENT_GOVERNED_MEMORY_EMBEDDED=true",
+            code="missing",
+        )
+    return start(settings.data_dir / "postgres")
+
+
+def describe(settings: Settings) -> str:
+    """Which database the settings name, content-free: ``host:port/database`` (never a user or password),
+    or the embedded server's directory."""
+    if not settings.database_url:
+        return f"embedded at {settings.data_dir / 'postgres'}"
+    try:
+        url = make_url(settings.database_url)
+    except ArgumentError:
+        return "unparsable URL"
+    host = url.host or url.query.get("host") or "local socket"
+    host = host if isinstance(host, str) else host[0]
+    return f"{host}:{url.port or 5432}/{url.database or ''}"

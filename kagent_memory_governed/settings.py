@@ -24,6 +24,19 @@ TOOLING = {
 }
 
 
+SWITCH = "KAGENT_GOVERNED_MEMORY"  # the activation switch (kagent_memory_governed.activation)
+
+
+def _looks_like_ours(name: str) -> bool:
+    upper = name.upper()
+    return "GOVERNED" in upper and "MEMORY" in upper
+
+
+def in_kubernetes_pod() -> bool:
+    """Whether this process runs in a Kubernetes pod (the kubelet sets this variable in every container)."""
+    return "KUBERNETES_SERVICE_HOST" in os.environ
+
+
 class Settings(BaseSettings):
     """Everything an operator sets. Unset database URL: an embedded PostgreSQL for local runs only."""
 
@@ -35,6 +48,7 @@ class Settings(BaseSettings):
     bridge_issuer: str | None = None
     homeserver: str | None = None
     policy: Path | None = None
+    embedded: bool = False  # inside a Kubernetes pod, the embedded PostgreSQL only when asked for
     kagent_namespace: str | None = Field(default=None, validation_alias="KAGENT_NAMESPACE")
     kagent_name: str | None = Field(default=None, validation_alias="KAGENT_NAME")
 
@@ -47,11 +61,13 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _no_unknown_variables(self) -> Settings:
-        # a misspelt DATABASE_URL would otherwise fall back to the embedded database without a word
+        # a misspelt DATABASE_URL would otherwise fall back to the embedded database without a word:
+        # any variable that looks like ours (GOVERNED and MEMORY in its name, any case) must be ours exactly
         known = {PREFIX + name.upper() for name in type(self).model_fields if not name.startswith("kagent_")}
-        unknown = sorted(k for k in os.environ if k.startswith(PREFIX) and k not in known | TOOLING)
-        if unknown:
-            raise ValueError(f"unknown setting {unknown[0]}")
+        known |= TOOLING | {SWITCH}
+        lookalikes = sorted(k for k in os.environ if _looks_like_ours(k) and k not in known)
+        if lookalikes:
+            raise ValueError(f"unknown setting {lookalikes[0]}")
         return self
 
     @classmethod

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kagent_memory_governed.store import Store
 
 COMMAND = str(Path(sys.executable).parent / "kagent-memory-governed")
@@ -20,13 +22,23 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 
 
 def test_migrate_and_sweep_against_the_configured_database(database_url: str, store):
+    socket = database_url.split("host=")[1]
     migrated = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
     assert (migrated.returncode, migrated.stdout) == (
         0,
-        f"governed memory schema at revision {Store.head_revision()}\n",
+        f"database: {socket}:5432/postgres\ngoverned memory schema at revision {Store.head_revision()}\n",
     )
     swept = run("sweep", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
-    assert (swept.returncode, swept.stdout) == (0, "swept 0 expired entries\n")
+    assert (swept.returncode, swept.stdout) == (0, f"database: {socket}:5432/postgres\nswept 0 expired entries\n")
+
+
+def test_the_database_is_named_without_its_credentials():
+    from kagent_memory_governed.embedded import describe
+    from kagent_memory_governed.settings import Settings
+
+    url = "postgresql+asyncpg://app:hunter2-secret@db.example:6432/memories?ssl=require"
+    assert describe(Settings(database_url=url)) == "db.example:6432/memories"
+    assert describe(Settings(data_dir=Path("/data"))) == "embedded at /data/postgres"
 
 
 def test_a_policy_that_raises_a_ceiling_stops_with_the_key_named(tmp_path: Path, database_url: str):
@@ -43,10 +55,35 @@ def test_a_bad_database_url_is_refused_without_echoing_it():
     assert "database_url" in result.stderr and "hunter2" not in result.stderr
 
 
-def test_a_misspelt_setting_stops_instead_of_falling_back_to_the_embedded_database(tmp_path: Path):
-    result = run("sweep", KAGENT_GOVERNED_MEMORY_DATABSE_URL="postgresql+asyncpg://u:secret-pw@db/k")
+@pytest.mark.parametrize(
+    "variable",
+    [
+        "KAGENT_GOVERNED_MEMORY_DATABSE_URL",
+        "KAGENT_GOVERNEDMEMORY_DATABASE_URL",
+        "kagent_governed_memory_database_url",
+        "GOVERNED_MEMORY_DATABASE_URL",
+    ],
+)
+def test_a_misspelt_setting_stops_instead_of_falling_back_to_the_embedded_database(variable: str):
+    result = run("sweep", **{variable: "postgresql+asyncpg://u:secret-pw@db/k"})
     assert result.returncode == 2
-    assert "unknown setting KAGENT_GOVERNED_MEMORY_DATABSE_URL" in result.stderr and "secret-pw" not in result.stderr
+    assert f"unknown setting {variable}" in result.stderr and "secret-pw" not in result.stderr
+    assert result.stdout == ""  # no database was touched
+
+
+def test_inside_a_pod_a_missing_url_is_refused_unless_the_embedded_server_is_asked_for(tmp_path: Path):
+    result = run("sweep", KUBERNETES_SERVICE_HOST="10.0.0.1", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
+    assert result.returncode == 2 and "KAGENT_GOVERNED_MEMORY_EMBEDDED=true" in result.stderr
+    assert not (tmp_path / "postgres").exists() and result.stdout == ""
+
+
+def test_inside_a_pod_the_embedded_server_runs_when_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    from kagent_memory_governed import embedded
+    from kagent_memory_governed.settings import Settings
+
+    monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
+    monkeypatch.setattr(embedded, "start", lambda directory: f"started at {directory}")
+    assert embedded.database_url(Settings(data_dir=tmp_path, embedded=True)) == f"started at {tmp_path / 'postgres'}"
 
 
 def test_an_unreachable_database_is_a_reason_code(tmp_path: Path):
