@@ -9,6 +9,7 @@ It prints check names, ``ok`` or ``FAILED`` and a reason code; never a setting's
 from __future__ import annotations
 
 import asyncio
+import re
 import sys
 from collections.abc import Callable
 from typing import NamedTuple, TextIO
@@ -17,22 +18,33 @@ from pydantic import ValidationError
 
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError
 from kagent_memory_governed.policy import Policy
-from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.settings import PREFIX, Settings
 
 
 class Check(NamedTuple):
-    """One check: its name, whether it passed, and a content-free reason code when it did not."""
+    """One check: its name, whether it passed, and when it did not a content-free reason code and the
+    setting or policy key at fault (a name, never a value)."""
 
     name: str
     ok: bool
     reason: str | None = None
+    at: str | None = None
 
 
 def _policy(settings: Settings) -> tuple[Check, Policy]:
     try:
         return Check("policy", True), settings.load_policy()
-    except ConfigurationError:
-        return Check("policy", False, "invalid_policy"), Policy()
+    except ConfigurationError as error:  # a PolicyError's message starts with the key it names
+        return Check("policy", False, "invalid_policy", str(error).split(":", 1)[0]), Policy()
+
+
+def _names(error: ValidationError) -> str:
+    """The variables a settings error is about, from their field names or the message naming them."""
+    names = []
+    for problem in error.errors():
+        unknown = re.search(r"unknown setting (\S+)", problem["msg"])
+        names.append(unknown.group(1) if unknown else PREFIX + str(problem["loc"][0]).upper())
+    return ",".join(dict.fromkeys(names))
 
 
 def _configured(name: str, check: Callable[[], object]) -> Check:
@@ -92,12 +104,13 @@ def main_report(settings: Settings | None = None, out: TextIO | None = None) -> 
     out = out or sys.stdout
     try:
         settings = settings or Settings()
-    except ValidationError:  # names only: a database URL may carry a password
-        out.write(f"{'settings':<24} FAILED invalid_settings\n")
+    except ValidationError as error:  # names only: a database URL may carry a password
+        out.write(f"{'settings':<24} FAILED invalid_settings {_names(error)}\n")
         return 2
     checks = [Check("settings", True), *asyncio.run(run(settings))]
     for check in checks:
-        out.write(f"{check.name:<24} {'ok' if check.ok else 'FAILED ' + str(check.reason)}\n")
+        failed = " ".join(part for part in ("FAILED", check.reason, check.at) if part)
+        out.write(f"{check.name:<24} {'ok' if check.ok else failed}\n")
     return 0 if all(check.ok for check in checks) else 1
 
 

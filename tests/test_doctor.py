@@ -104,7 +104,7 @@ def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, m
     assert "SENTINEL" not in report and "Not_A_Valid_Name" not in report
     assert [line.split() for line in report.splitlines()] == [
         ["settings", "ok"],
-        ["policy", "FAILED", "invalid_policy"],
+        ["policy", "FAILED", "invalid_policy", "entry_cap"],
         ["bridge_key", "FAILED", "unreadable"],
         ["bridge_issuer", "FAILED", "missing"],
         ["homeserver", "ok"],
@@ -118,7 +118,14 @@ def test_settings_that_do_not_load_are_named_without_their_value(monkeypatch: py
     monkeypatch.setenv("KAGENT_GOVERNED_MEMORY_DATABASE_URL", "postgres://app:SENTINEL-password@db/kagent")
     out = io.StringIO()
     assert doctor.main_report(out=out) == 2
-    assert out.getvalue().split() == ["settings", "FAILED", "invalid_settings"]
+    assert out.getvalue().split() == ["settings", "FAILED", "invalid_settings", "KAGENT_GOVERNED_MEMORY_DATABASE_URL"]
+
+
+def test_a_lookalike_variable_is_named(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("KAGENT_GOVERNEDMEMORY_DATABASE_URL", "postgres://app:SENTINEL-password@db/kagent")
+    out = io.StringIO()
+    assert doctor.main_report(out=out) == 2
+    assert out.getvalue().split() == ["settings", "FAILED", "invalid_settings", "KAGENT_GOVERNEDMEMORY_DATABASE_URL"]
 
 
 def _doctor_in_a_pod(tmp_path: Path, bridge, database_url: str, switch: str) -> subprocess.CompletedProcess[str]:

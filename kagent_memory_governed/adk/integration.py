@@ -20,6 +20,8 @@ binding the verified scope, the governed tools, and the app's control API, middl
 from __future__ import annotations
 
 import importlib.util
+import os
+import sys
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
@@ -30,9 +32,13 @@ from kagent_memory_governed.adk import tools
 from kagent_memory_governed.adk.boundary import RecallBoundary
 from kagent_memory_governed.adk.request import context_builder
 from kagent_memory_governed.adk.service import GovernedMemoryService
+from kagent_memory_governed.errors import GovernedMemoryError
 
 if TYPE_CHECKING:
     from kagent_memory_governed.adk.runtime import Runtime
+
+
+EXIT_NOT_READY = 78  # EX_CONFIG: the database is unreachable, unsupported or not migrated
 
 
 def upstream_has_plugins() -> bool:
@@ -71,7 +77,12 @@ def configure_app(app: Any, runtime: Runtime) -> None:
 
     @asynccontextmanager
     async def lifespan(app: Any):
-        await runtime.store.check_ready()
+        try:
+            await runtime.store.check_ready()
+        except GovernedMemoryError as refused:  # one content-free line and EX_CONFIG, never a traceback
+            sys.stderr.write(f"kagent-memory-governed: not serving: {refused.reason.value}\n")
+            sys.stderr.flush()
+            os._exit(EXIT_NOT_READY)
         async with upstream_lifespan(app) as state:
             yield state
         await runtime.service.drain()
