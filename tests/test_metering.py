@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import http.server
+import os
+import subprocess
+import sys
+import threading
 import time
 
 import httpx
@@ -10,7 +15,7 @@ from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from sqlalchemy import event
 
 from kagent_memory_governed import metering
-from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.errors import ConfigurationError, Reason
 from kagent_memory_governed.testing import HOMESERVER, A2AClient, ScriptedModel, build_app, new_context, reply_text
 
 ALICE = f"@alice:{HOMESERVER}"
@@ -99,3 +104,45 @@ async def test_a_generation_past_bigint_is_a_bad_assertion_that_reaches_no_state
     assert "Memory unavailable" in reply_text(answer)
     assert delta(before, after) == {("assertion", "refused", "bad_assertion"): 1}
     assert statements == []
+
+
+EXPORTING = """
+from opentelemetry import metrics
+from kagent_memory_governed import metering
+from kagent_memory_governed.errors import Operation, Result
+metering.export_from_environment()
+metering.count(Operation.LOAD, Result.OK)
+metrics.get_meter_provider().force_flush()
+"""
+
+
+def test_the_counter_is_exported_the_standard_opentelemetry_way():
+    received: list[bytes] = []
+
+    class Collector(http.server.BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            received.append(self.rfile.read(int(self.headers["Content-Length"])))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args) -> None:
+            return None
+
+    with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector) as collector:
+        threading.Thread(target=collector.serve_forever, daemon=True).start()
+        env = {
+            **os.environ,
+            "OTEL_METRICS_EXPORTER": "otlp",
+            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}/v1/metrics",
+        }
+        result = subprocess.run([sys.executable, "-c", EXPORTING], env=env, capture_output=True, text=True, timeout=60)
+        collector.shutdown()
+    assert result.returncode == 0, result.stderr
+    assert any(b"governed_memory.operations" in body and b"load" in body for body in received)
+
+
+def test_an_exporter_that_is_not_installed_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
+    with pytest.raises(ConfigurationError, match="^OTEL_METRICS_EXPORTER"):
+        metering.export_from_environment()

@@ -16,7 +16,7 @@ from typing import Any
 
 from google.adk.runners import Runner
 
-from kagent_memory_governed import redaction
+from kagent_memory_governed import metering, redaction
 from kagent_memory_governed.adk import integration, tools
 from kagent_memory_governed.adk.request import context_builder
 from kagent_memory_governed.adk.service import Embedder, GovernedMemoryService
@@ -77,6 +77,7 @@ def install(
 
         store = Store.connect(database_url(settings), settings.load_policy())
     redaction.install()
+    metering.export_from_environment()
     mode = Mode.ENTRY_POINT if integration.upstream_has_plugins() else Mode.RUNTIME_PATCHING
     runtime = Runtime(settings, trust, store, GovernedMemoryService(store, embedder), mode)
     if mode is Mode.ENTRY_POINT:
