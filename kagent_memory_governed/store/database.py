@@ -32,6 +32,9 @@ _DATABASE_ERRORS = (
     AsyncAdapt_asyncpg_dbapi.Error,  # raised unwrapped when a connection dies inside an event hook
     asyncpg.PostgresError,
     asyncpg.InterfaceError,
+    # "cannot switch to state ...; another operation is in progress" when a backend dies mid-statement;
+    # SQLAlchemy's adapter does not translate it (nor ProtocolError, its sibling)
+    asyncpg.InternalClientError,
     OSError,
     asyncio.TimeoutError,
 )
