@@ -71,8 +71,8 @@ def fence(state: ScopeState | None, generation: int, now: datetime) -> Reason | 
 
 
 def grant_refusal(state: ScopeState | None) -> Reason | None:
-    """Why consent cannot be granted, nor one entry forgotten, now: an interrupted erasure must be
-    completed first (R9)."""
+    """Why consent cannot be granted, one entry forgotten, nor the entries inspected, now: an interrupted
+    erasure must be completed first (R9)."""
     if state is None:
         return None
     if state.erasure is Erasure.PENDING:

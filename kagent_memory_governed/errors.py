@@ -72,6 +72,7 @@ class Operation(StrEnum):
     OFF = "off"
     OFFBOARD_FENCE = "offboard_fence"
     OFFBOARD = "offboard"
+    COMPLETE_ERASURE = "complete_erasure"  # an interrupted erasure, completed by sweep or the scope's next operation
     SWEEP = "sweep"
     CLAIM = "claim"
 

@@ -24,6 +24,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    text,
 )
 from sqlalchemy.dialects.postgresql import UUID
 
@@ -52,6 +53,7 @@ scopes = Table(
     Column("entry_cap", Integer, nullable=False),
     Column("erasure", Text),
     Column("erasure_at", DateTime(timezone=True)),
+    Column("erasure_entry", UUID(as_uuid=True)),  # what the last erasure erases: one entry, or NULL for all
     Column("resume", Boolean, nullable=False),
     Column("updated_at", DateTime(timezone=True), nullable=False),
     UniqueConstraint("principal", "origin", "agent", "scope_kind", "room", name="scopes_typed_key"),
@@ -67,6 +69,7 @@ scopes = Table(
     ),
     CheckConstraint("char_length(purpose) <= 64 AND char_length(policy_version) <= 64", name="scopes_labels_bounded"),
     Index("scopes_by_principal", "principal", "origin"),
+    Index("scopes_unfinished_erasure", "scope_id", postgresql_where=text("erasure IN ('pending', 'failed')")),
 )
 
 # Memory content. The scope id leads the primary key so the table can be partitioned or

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import suppress
 
 import asyncpg
 import pytest
@@ -11,9 +13,9 @@ from sqlalchemy import event
 from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
-from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store import Store
+from kagent_memory_governed.store import Store, erasure
 from kagent_memory_governed.testing import embed
 
 
@@ -123,11 +125,13 @@ async def test_a_failing_delete_leaves_the_scope_disabled_and_a_retry_completes(
     assert await refusal(store.write(key, generation + 1, facts("x"))) is Reason.CONSENT_DISABLED
     assert await refusal(store.grant(key, purpose="assist", policy_version="v1")) is Reason.ERASURE_FAILED
     assert await refusal(store.forget(key, ids[0])) is Reason.ERASURE_FAILED
-    failures = await sql.fetchval(
-        "SELECT count(*) FROM governed_memory.ledger WHERE result='failed' AND reason='erasure_failed' AND scope_id=$1",
+    failures = await sql.fetch(
+        "SELECT operation, count(*) FROM governed_memory.ledger"
+        " WHERE result='failed' AND reason='erasure_failed' AND scope_id=$1 GROUP BY operation",
         key.scope_id,
     )
-    assert failures == 1
+    # forget-all failed once; status, write, grant and forget each tried to complete it first, and failed too
+    assert dict(failures) == {"forget_all": 1, "complete_erasure": 4}
     await remove()
     result = await store.forget_all(key)
     assert result.erased == 2
@@ -151,7 +155,9 @@ async def test_a_delete_that_silently_keeps_rows_fails_verification(
     assert await _rows(sql, key) == set()
 
 
-async def test_a_connection_killed_between_delete_and_verify_fails_closed(store: Store, key: ScopeKey):
+async def test_a_connection_killed_between_delete_and_verify_fails_closed(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+):
     await _consented(store, key, "a", "b", "c")
     killed = []
 
@@ -167,11 +173,18 @@ async def test_a_connection_killed_between_delete_and_verify_fails_closed(store:
     finally:
         event.remove(engine, "before_cursor_execute", kill_before_verify)
     assert killed
-    status = await store.status(key)
-    assert (status.enabled, status.last_erasure.result) == (False, Erasure.FAILED)
-    assert (await store.off(key)).erased == 0  # the delete had committed; the retry verifies
+    outcome = await sql.fetch(
+        "SELECT operation, result FROM governed_memory.ledger WHERE scope_id=$1 AND operation <> 'write'"
+        " ORDER BY ledger_id",
+        key.scope_id,
+    )
+    assert [tuple(row) for row in outcome] == [("grant", "ok"), ("off", "failed")]
+    # the delete had committed; the scope's next operation verifies and settles it, still disabled (off)
     status = await store.status(key)
     assert (status.enabled, status.entries, status.last_erasure.result) == (False, 0, Erasure.VERIFIED)
+    completed = "SELECT count(*) FROM governed_memory.ledger WHERE scope_id=$1 AND operation=$2 AND result='ok'"
+    assert await sql.fetchval(completed, key.scope_id, "complete_erasure") == 1
+    assert (await store.off(key)).erased == 0
 
 
 async def test_a_failed_forget_one_is_recovered_by_forget_all_and_consent_resumes(
@@ -185,3 +198,120 @@ async def test_a_failed_forget_one_is_recovered_by_forget_all_and_consent_resume
     await remove()
     assert (await store.forget_all(key)).erased == 2
     assert (await store.status(key)).enabled is True
+
+
+@pytest.fixture
+def crash_at_delete(store: Store):
+    """The process stops right after an erasure's fence committed: the task is cancelled at its DELETE, so
+    no failure is recorded either (the scope stays ``pending``, as after a crash)."""
+    engine = store._engine.sync_engine  # fault injection only: tests reach the engine, package code never does
+
+    def crash(conn, cursor, statement, parameters, context, executemany):
+        if statement.startswith("DELETE FROM governed_memory.entries"):
+            raise asyncio.CancelledError
+
+    event.listen(engine, "before_cursor_execute", crash)
+    yield lambda: event.remove(engine, "before_cursor_execute", crash)
+    if event.contains(engine, "before_cursor_execute", crash):
+        event.remove(engine, "before_cursor_execute", crash)
+
+
+async def _state(sql: asyncpg.Connection, key: ScopeKey) -> tuple[bool, str | None]:
+    row = await sql.fetchrow("SELECT enabled, erasure FROM governed_memory.scopes WHERE scope_id=$1", key.scope_id)
+    return row["enabled"], row["erasure"]
+
+
+async def test_an_off_interrupted_after_its_fence_is_completed_by_sweep(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete
+):
+    await _consented(store, key, "a", "b")
+    with pytest.raises(asyncio.CancelledError):
+        await store.off(key)
+    crash_at_delete()
+    assert await _state(sql, key) == (False, "pending") and len(await _rows(sql, key)) == 2
+    await store.sweep()
+    assert await _rows(sql, key) == set()
+    assert await _state(sql, key) == (False, "verified")  # off: it stays disabled
+    completed = await sql.fetchrow(
+        "SELECT result, count FROM governed_memory.ledger WHERE scope_id=$1 AND operation='complete_erasure'",
+        key.scope_id,
+    )
+    assert tuple(completed) == ("ok", 2)
+
+
+async def test_a_forget_interrupted_after_its_fence_is_completed_exactly_by_the_next_inspect(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete
+):
+    """The completion erases what the fence recorded, one entry, and the scope resumes as the forget would have."""
+    _, ids = await _consented(store, key, "likes tea", "lives in Lisbon", "deploys on Fridays")
+    with pytest.raises(asyncio.CancelledError):
+        await store.forget(key, ids[1])
+    crash_at_delete()
+    assert await _state(sql, key) == (False, "pending")
+    page = await store.inspect(key)
+    assert {entry.entry_id for entry in page.entries} == {ids[0], ids[2]}
+    status = await store.status(key)
+    assert (status.enabled, status.entries, status.last_erasure.result) == (True, 2, Erasure.VERIFIED)
+    await store.write(key, status.generation, facts("a new fact"))  # consent resumed under the fence's generation
+
+
+async def test_each_operation_on_a_scope_completes_its_unfinished_erasure(
+    store: Store, new_key, sql: asyncpg.Connection, crash_at_delete
+):
+    keys = [new_key() for _ in range(7)]
+    generations = {}
+    for key in keys:
+        generations[key], _ = await _consented(store, key, "a fact")
+        with pytest.raises(asyncio.CancelledError):
+            await store.forget_all(key)
+    crash_at_delete()
+    fenced = [generations[key] + 1 for key in keys]
+    work = [
+        store.status(keys[0]),
+        store.grant(keys[1], purpose="assist", policy_version="v2"),
+        store.write(keys[2], generations[keys[2]], facts("x")),
+        store.search(keys[3], generations[keys[3]], embed("x")),
+        store.admit(keys[4], generations[keys[4]], "save", units=1),
+        store.collect_turns(keys[5], generations[keys[5]], "session", ["turn"]),
+        store.record_turn(keys[6], generations[keys[6]], "session", "turn", recalled=False),
+    ]
+    for key, operation in zip(keys, work, strict=True):
+        with suppress(GovernedMemoryError):  # the data plane still refuses the stale generation
+            await operation
+        assert await _rows(sql, key) == set()
+        assert await _state(sql, key) == (True, "verified")
+    assert [(await store.status(key)).generation for key in keys] == [fenced[0], fenced[1] + 1, *fenced[2:]]
+
+
+async def test_inspect_of_an_erasure_that_cannot_complete_shows_no_entries_only_the_state(
+    store: Store, key: ScopeKey, failing_deletes
+):
+    install, remove = failing_deletes
+    await _consented(store, key, "a", "b")
+    await install("swallow")
+    assert await refusal(store.off(key)) is Reason.ERASURE_FAILED
+    assert await refusal(store.inspect(key)) is Reason.ERASURE_FAILED
+    status = await store.status(key)
+    assert (status.enabled, status.entries, status.last_erasure.result) == (False, 2, Erasure.FAILED)
+    assert await refusal(store.sweep()) is Reason.ERASURE_FAILED  # the CronJob fails, so an operator sees it
+    await remove()
+    assert (await store.inspect(key)).entries == []
+    assert (await store.status(key)).last_erasure.result is Erasure.VERIFIED
+
+
+async def test_a_late_run_of_a_settled_erasure_never_deletes_what_a_new_grant_wrote(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete
+):
+    """The original run of an erasure may resume after another run completed it and the subject consented
+    again: its delete only acts while its fence stands, so the new entries stay."""
+    await _consented(store, key, "old")
+    with pytest.raises(asyncio.CancelledError):
+        await store.forget_all(key)
+    crash_at_delete()
+    fenced = (await sql.fetchrow("SELECT generation FROM governed_memory.scopes WHERE scope_id=$1", key.scope_id))[0]
+    await store.sweep()
+    generation, [new] = await _consented(store, key, "new")
+    assert await erasure._clear(store._db, key.scope_id, fenced, Operation.FORGET_ALL, entry_id=None) == 0
+    assert await _rows(sql, key) == {new}
+    status = await store.status(key)
+    assert (status.enabled, status.generation, status.entries) == (True, generation, 1)

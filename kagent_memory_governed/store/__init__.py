@@ -7,7 +7,8 @@ Guarantees, each enforced inside the transaction that does the work:
 - a scope never holds more live entries than its cap, whatever the concurrency (writers lock the
   scope row, which also quiesces them against a withdrawal);
 - every erasure fences first (disable, advance the generation), then deletes, then verifies in a
-  fresh transaction; a failure leaves the scope disabled with a content-free record (R9);
+  fresh transaction; a failure leaves the scope disabled with a content-free record (R9), and an
+  interrupted erasure is completed by ``sweep`` and by the scope's next operation, never assumed;
 - cost admission (rate, burst, hourly units) is decided under the same scope lock, before model work,
   in state every replica shares; destructive control tokens are accepted once per ``jti``;
 - every operation leaves a content-free ledger row.
@@ -21,7 +22,7 @@ Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its 
     admission      cost admission, single-use control tokens
     data           write, search, inspect
     turns          conversation turns for auto-save
-    erasure        forget, forget_all, off, offboard: fence, delete, verify, settle
+    erasure        forget, forget_all, off, offboard: fence, delete, verify, settle; completing interrupted ones
     maintenance    sweep
 """
 
@@ -29,11 +30,13 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from kagent_memory_governed import redaction
+from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import admission, consent, data, erasure, maintenance, schema_admin, turns
@@ -133,13 +136,17 @@ class Store:
         self, key: ScopeKey, *, purpose: str, policy_version: str, valid_until: datetime | None = None
     ) -> Grant:
         """Enable ``key`` for a purpose under a policy version and advance its generation (R6, R7).
-        Refuses ``bad_input`` labels and, while an erasure is unfinished, ``erasure_pending``/``erasure_failed``."""
+        An unfinished erasure of the scope is completed first; if it still cannot be, refuses
+        ``erasure_pending``/``erasure_failed``. Refuses ``bad_input`` labels."""
+        await self._finish_erasure(key)
         return await consent.grant(
             self._db, key, purpose=purpose, policy_version=policy_version, valid_until=valid_until
         )
 
     async def status(self, key: ScopeKey) -> Status:
-        """The scope's consent, effective limits, live entry count and last erasure (R10)."""
+        """The scope's consent, effective limits, live entry count and last erasure (R10). An unfinished
+        erasure is completed first; if it still cannot be, the answer says so (disabled, ``pending``/``failed``)."""
+        await self._finish_erasure(key)
         return await consent.status(self._db, key)
 
     # -- admission (before any model or embedding call) ---------------------------------------------
@@ -152,7 +159,8 @@ class Store:
         of the scope's hourly ceiling. Admitted work is recorded as used; refused work is not.
         Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``. ``write`` and ``search`` fence
         again in their own transaction: admission is a gate, not the fence."""
-        await admission.admit(self._db, key, generation, operation, units=units, explicit=explicit)
+        admitted = admission.admit(self._db, key, generation, operation, units=units, explicit=explicit)
+        await erasure.finishing(self._db, key.scope_id, admitted)
 
     async def claim_once(self, jti: str, valid_until: datetime) -> None:
         """Accept a token id once, on every replica; a second claim is ``assertion_replayed``.
@@ -172,7 +180,9 @@ class Store:
         ``entry_cap_reached`` when the live entries plus these would pass the cap (never evicts).
         Expiry is ``min(expires_in, policy maximum, maximum consented to)`` from the application clock.
         """
-        return await data.write(self._db, key, generation, facts, expires_in=expires_in)
+        return await erasure.finishing(
+            self._db, key.scope_id, data.write(self._db, key, generation, facts, expires_in=expires_in)
+        )
 
     async def search(
         self, key: ScopeKey, generation: int, embedding: Sequence[float], *, top_k: int = 5, min_score: float = 0.0
@@ -180,7 +190,9 @@ class Store:
         """The ``top_k`` live entries of ``key`` nearest to ``embedding`` by exact cosine similarity,
         each scoring at least ``min_score``. The fence and the entries are read in one statement,
         so one snapshot decides both. Refuses ``bad_input`` and a fenced-off generation."""
-        return await data.search(self._db, key, generation, embedding, top_k=top_k, min_score=min_score)
+        return await erasure.finishing(
+            self._db, key.scope_id, data.search(self._db, key, generation, embedding, top_k=top_k, min_score=min_score)
+        )
 
     # -- conversation turns (auto-save input, R36) --------------------------------------------------
 
@@ -190,7 +202,10 @@ class Store:
         """Record that a turn of ``session_id`` ran admitted under consent ``generation`` (a no-op when the
         fence refuses it: such a turn is never collected); returns how many admitted turns of that session
         under that generation await auto-save. Only references derived from the ids are stored."""
-        return await turns.record_turn(self._db, key, generation, session_id, invocation_id, recalled=recalled)
+        waiting = await turns.record_turn(self._db, key, generation, session_id, invocation_id, recalled=recalled)
+        if not waiting:  # fenced off: the scope may be disabled by an unfinished erasure
+            await self._finish_erasure(key)
+        return waiting
 
     async def collect_turns(
         self, key: ScopeKey, generation: int, session_id: str, candidates: Sequence[str]
@@ -198,24 +213,31 @@ class Store:
         """Take, once, the turns among ``candidates`` (invocation ids) of ``session_id`` that were admitted
         under ``generation``; turns of that session recorded under any other generation are discarded, so
         nothing said before an erasure or a withdrawal is ever collected. Fenced: refuses ``consent_*``."""
-        return await turns.collect_turns(self._db, key, generation, session_id, candidates)
+        return await erasure.finishing(
+            self._db, key.scope_id, turns.collect_turns(self._db, key, generation, session_id, candidates)
+        )
 
     # -- control plane (the subject's own requests; not fenced by generation) -----------------------
 
     async def inspect(self, key: ScopeKey, *, limit: int = MAX_PAGE, cursor: str | None = None) -> Page:
         """One page of the live entries of ``key``, oldest first, with a cursor for the next (R11).
-        Refuses ``bad_input`` for a limit outside 1..50 and for a cursor not issued for this scope."""
+        Refuses ``bad_input`` for a limit outside 1..50 and for a cursor not issued for this scope. An
+        unfinished erasure is completed first; if it still cannot be, refuses ``erasure_pending``/
+        ``erasure_failed``: entries being erased are never shown, only the scope's state is (``status``)."""
+        await self._finish_erasure(key)
         return await data.inspect(self._db, key, limit=limit, cursor=cursor)
 
     async def forget(self, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
         """Erase exactly one entry and verify it unreadable (R12). Fences like every erasure: the
         generation advances, so stale work cannot re-add what was forgotten. Refuses ``not_found``
-        (no such entry in this scope) and, during an unfinished erasure, ``erasure_pending``/``erasure_failed``."""
+        (no such entry in this scope) and, during an unfinished erasure that cannot be completed first,
+        ``erasure_pending``/``erasure_failed``."""
+        await self._finish_erasure(key)
         return await erasure.forget(self._db, key, entry_id)
 
     async def forget_all(self, key: ScopeKey) -> Erased:
         """Erase every entry of ``key`` and verify none is left; consent stays as it was (R13).
-        Also completes an unfinished erasure."""
+        Also completes an unfinished erasure (a new fence over everything)."""
         return await erasure.forget_all(self._db, key)
 
     async def off(self, key: ScopeKey) -> Erased:
@@ -231,10 +253,18 @@ class Store:
     # -- maintenance --------------------------------------------------------------------------------
 
     async def sweep(self, *, batch: int = 5000) -> int:
-        """Physically delete every expired entry (R19); returns how many. Also deletes, in batches, ledger
-        records older than ``ledger_retention_days`` (a scope's last erasure stays on its scope row).
-        Safe to run on every replica."""
+        """Complete every unfinished erasure (R9), then physically delete every expired entry (R19); returns
+        how many expired entries. Also deletes, in batches, ledger records older than ``ledger_retention_days``
+        (a scope's last erasure stays on its scope row). Safe to run on every replica. Raises ``erasure_failed``
+        after all of that if an erasure still could not be verified (its scope stays disabled until a later
+        run completes it)."""
         return await maintenance.sweep(self._db, batch=batch)
+
+    async def _finish_erasure(self, key: ScopeKey) -> None:
+        """Complete an unfinished erasure of ``key`` before serving it. If it still cannot be completed, the
+        operation that follows refuses or reports it from the scope's state."""
+        with suppress(GovernedMemoryError):
+            await erasure.finish(self._db, key.scope_id)
 
 
 __all__ = [

@@ -13,7 +13,7 @@ from sqlalchemy import func, insert, select, true, tuple_
 from sqlalchemy.dialects.postgresql import JSON
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.consent import admit_generation, fence
+from kagent_memory_governed.consent import admit_generation, fence, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import entries, scopes
@@ -139,6 +139,10 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
     if after is not None:
         query = query.where(tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(*after))
     async with db.transaction(durable=False) as conn:
+        # entries an unfinished erasure is removing are never shown: only the state (``status``) is
+        refusal = grant_refusal(await scope_state(conn, sid, lock=False))
+        if refusal is not None:
+            await refuse(conn, Operation.INSPECT, refusal, scope_id=sid, at=now)
         rows = (await conn.execute(query)).all()
         await record(conn, Operation.INSPECT, Result.OK, scope_id=sid, count=min(len(rows), limit), at=now)
     page = [Entry(r.entry_id, r.text, str(key.room), r.created_at, r.expires_at) for r in rows[:limit]]

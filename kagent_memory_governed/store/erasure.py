@@ -1,18 +1,26 @@
-"""Erasure: fence, delete, verify, settle (R8, R9, R12, R13, R29).
+"""Erasure: fence, delete, verify, settle (R8, R9, R12, R13, R29); and the completion of an interrupted one.
 
-Every erasure first fences in a transaction of its own (disable the scope, advance its generation), so
-work admitted before it cannot write again; then deletes; then verifies in a fresh transaction; then
-settles the scope. A failure anywhere leaves the scope disabled, ``erasure = failed``, with a
-content-free ledger row, and raises ``erasure_failed``.
+Every erasure first fences in a transaction of its own (disable the scope, advance its generation, record
+what it erases), so work admitted before it cannot write again; then deletes; then verifies in a fresh
+transaction; then settles the scope. A failure anywhere leaves the scope disabled, ``erasure = failed``,
+with a content-free ledger row, and raises ``erasure_failed``.
+
+An erasure interrupted after its fence (a crash, a lost connection, a failed delete or verification) is
+completed by ``finish``: the same delete, verify and settle under the generation and target its fence
+recorded. ``sweep`` runs it for every such scope and the scope's next operation runs it for that scope, so
+an unfinished erasure never waits for a person. Several runs of one erasure may overlap (the original, a
+sweep, another replica's operation); each deletes only while the erasure's fence still stands.
 """
 
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable
 from contextlib import suppress
 from datetime import datetime
+from typing import TypeVar
 
-from sqlalchemy import case, delete, func, literal, select, update
+from sqlalchemy import ColumnElement, case, delete, exists, func, literal, select, update
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, grant_refusal
@@ -21,6 +29,9 @@ from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store.database import Database, record, refuse, scope_state
 from kagent_memory_governed.store.values import Erased, Offboarded
+
+T = TypeVar("T")
+_UNFINISHED = (Erasure.PENDING.value, Erasure.FAILED.value)
 
 
 async def forget(db: Database, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
@@ -45,7 +56,7 @@ async def offboard(db: Database, principal: Principal) -> Offboarded:
             await conn.execute(
                 update(scopes)
                 .where(scopes.c.principal == principal.mxid, scopes.c.origin == principal.origin.value)
-                .values(_fenced_values(now, resume=False))
+                .values(_fenced_values(now, resume=False, entry_id=None))
                 .returning(scopes.c.scope_id, scopes.c.generation)
             )
         ).all()
@@ -66,20 +77,82 @@ async def offboard(db: Database, principal: Principal) -> Offboarded:
     return Offboarded(len(fenced), erased)
 
 
-def _fenced_values(now: datetime, *, resume: bool) -> dict:
-    """Disable and advance the generation in one statement. ``resume`` re-enables after
+async def finish(db: Database, sid: uuid.UUID) -> bool:
+    """Complete the scope's unfinished erasure, if it has one; returns whether it had one. Raises
+    ``erasure_failed`` if it still cannot be verified (the scope stays disabled), or ``store_unavailable``."""
+    async with db.transaction() as conn:
+        fence = (
+            await conn.execute(
+                select(scopes.c.generation, scopes.c.erasure_entry).where(
+                    scopes.c.scope_id == sid, scopes.c.erasure.in_(_UNFINISHED)
+                )
+            )
+        ).one_or_none()
+    if fence is None:
+        return False
+    await _clear(db, sid, fence.generation, Operation.COMPLETE_ERASURE, entry_id=fence.erasure_entry)
+    return True
+
+
+async def finish_all(db: Database, *, batch: int) -> int:
+    """Complete every unfinished erasure, ``batch`` scopes at a time; returns how many could not be verified
+    (those scopes stay disabled, ``erasure = failed``, for the next run)."""
+    failed, after = 0, None
+    while True:
+        query = select(scopes.c.scope_id).where(scopes.c.erasure.in_(_UNFINISHED))
+        if after is not None:
+            query = query.where(scopes.c.scope_id > after)
+        async with db.transaction() as conn:
+            found = (await conn.scalars(query.order_by(scopes.c.scope_id).limit(batch))).all()
+        for sid in found:
+            try:
+                await finish(db, sid)
+            except GovernedMemoryError:
+                failed += 1
+        if len(found) < batch:
+            return failed
+        after = found[-1]
+
+
+async def finishing(db: Database, sid: uuid.UUID, work: Awaitable[T]) -> T:
+    """``work`` on the scope's data plane. Refused because the scope is disabled, it first completes the
+    scope's unfinished erasure, if any; the refusal stands whatever the completion does."""
+    try:
+        return await work
+    except GovernedMemoryError as refused:
+        if refused.reason is Reason.CONSENT_DISABLED:
+            with suppress(GovernedMemoryError):
+                await finish(db, sid)
+        raise
+
+
+def _fenced_values(now: datetime, *, resume: bool, entry_id: uuid.UUID | None) -> dict:
+    """Disable, advance the generation and record the target in one statement. ``resume`` re-enables after
     verification only if the scope was enabled (or was resuming from an unfinished erasure)."""
-    interrupted = scopes.c.erasure.in_([Erasure.PENDING.value, Erasure.FAILED.value])
+    interrupted = scopes.c.erasure.in_(_UNFINISHED)
     return {
         "enabled": False,
         "generation": scopes.c.generation + 1,
         "erasure": Erasure.PENDING.value,
         "erasure_at": now,
+        "erasure_entry": entry_id,
         "resume": case((scopes.c.enabled, True), (interrupted, scopes.c.resume), else_=False)
         if resume
         else literal(False),
         "updated_at": now,
     }
+
+
+def _fence_stands(sid: uuid.UUID, generation: int) -> ColumnElement[bool]:
+    """The erasure fenced at ``generation`` may still delete: its scope is unfinished at that generation,
+    or at a later one that erases every entry (forgetting one entry is refused while an erasure is
+    unfinished, so a later fence always covers an earlier target). Once the scope is settled, its entries
+    may have been written under a new grant, and no earlier erasure may touch them."""
+    return exists().where(
+        scopes.c.scope_id == sid,
+        scopes.c.erasure.in_(_UNFINISHED),
+        (scopes.c.generation == generation) | scopes.c.erasure_entry.is_(None),
+    )
 
 
 async def _erase(
@@ -101,7 +174,7 @@ async def _erase(
         generation = await conn.scalar(
             update(scopes)
             .where(scopes.c.scope_id == sid)
-            .values(_fenced_values(now, resume=resume))
+            .values(_fenced_values(now, resume=resume, entry_id=entry_id))
             .returning(scopes.c.generation)
         )
     return Erased(generation, await _clear(db, sid, generation, operation, entry_id=entry_id))
@@ -112,13 +185,13 @@ async def _clear(
 ) -> int:
     """Delete, verify in a fresh transaction, then settle the fenced scope. Any failure leaves it
     disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
-    target = [entries.c.scope_id == sid]
+    target = [entries.c.scope_id == sid, _fence_stands(sid, generation)]
     if entry_id is not None:
         target.append(entries.c.entry_id == entry_id)
     try:
         async with db.transaction() as conn:
             erased = (await conn.execute(delete(entries).where(*target))).rowcount
-        async with db.transaction() as conn:
+        async with db.transaction() as conn:  # a settled fence counts none: whoever settled it verified
             remaining = await conn.scalar(select(func.count()).select_from(entries).where(*target))
         if remaining:
             raise GovernedMemoryError(Reason.ERASURE_FAILED)
@@ -126,7 +199,7 @@ async def _clear(
         async with db.transaction() as conn:
             await conn.execute(
                 update(scopes)
-                .where(scopes.c.scope_id == sid, scopes.c.generation == generation)
+                .where(scopes.c.scope_id == sid, scopes.c.generation == generation, scopes.c.erasure.in_(_UNFINISHED))
                 .values(enabled=scopes.c.resume, erasure=Erasure.VERIFIED.value, erasure_at=now, updated_at=now)
             )
             await record(
@@ -148,13 +221,14 @@ async def _clear(
 async def _mark_failed(
     db: Database, sid: uuid.UUID, generation: int, operation: Operation, entry_id: uuid.UUID | None
 ) -> None:
-    """Best effort: if the database is gone too, the scope stays ``pending``, which is just as disabled."""
+    """Best effort: if the database is gone too, the scope stays ``pending``, which is just as disabled
+    (and as unfinished: ``finish`` completes either). A fence another run settled meanwhile stays settled."""
     now = clock.now()
     with suppress(GovernedMemoryError):
         async with db.transaction() as conn:
             await conn.execute(
                 update(scopes)
-                .where(scopes.c.scope_id == sid, scopes.c.generation == generation)
+                .where(scopes.c.scope_id == sid, scopes.c.generation == generation, scopes.c.erasure.in_(_UNFINISHED))
                 .values(enabled=False, erasure=Erasure.FAILED.value, erasure_at=now, updated_at=now)
             )
             await record(

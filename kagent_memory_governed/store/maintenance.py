@@ -1,5 +1,5 @@
-"""Maintenance, safe on every replica: expired entries are deleted physically (R19), and ledger records,
-token claims, usage records and turns past their use are pruned."""
+"""Maintenance, safe on every replica: unfinished erasures are completed (R9), expired entries are deleted
+physically (R19), and ledger records, token claims, usage records and turns past their use are pruned."""
 
 from __future__ import annotations
 
@@ -9,12 +9,14 @@ from sqlalchemy import delete, select, tuple_
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.admission import HOUR
-from kagent_memory_governed.errors import Operation, Result
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.schema import entries, ledger, replays, scopes, turns, usage
+from kagent_memory_governed.store import erasure
 from kagent_memory_governed.store.database import Database, record
 
 
 async def sweep(db: Database, *, batch: int) -> int:
+    unverified = await erasure.finish_all(db, batch=batch)  # first: content nobody may keep any longer
     now = clock.now()
     total = 0
     while True:
@@ -50,4 +52,6 @@ async def sweep(db: Database, *, batch: int) -> int:
             )
         )
         await record(conn, Operation.SWEEP, Result.OK, count=total, at=now)
+    if unverified:  # the rest is done; the operator learns that an erasure still cannot be verified
+        raise GovernedMemoryError(Reason.ERASURE_FAILED)
     return total
