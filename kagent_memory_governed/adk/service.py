@@ -20,7 +20,7 @@ from google.adk.models import BaseLlm
 from google.adk.sessions import Session
 from google.genai import types
 from kagent.adk.models import KAgentEmbedding
-from kagent.adk.types import EmbeddingConfig
+from kagent.adk.types import EmbeddingConfig, MemoryConfig
 
 from kagent_memory_governed import metering, redaction
 from kagent_memory_governed.adk import conversation
@@ -61,6 +61,16 @@ class GovernedMemoryService(BaseMemoryService):
         given at activation (tests, BYO agents) or one is configured already."""
         if self._embedder is None and config is not None:
             self._embedder = kagent_embedder(config)
+
+    def configure(self, memory: MemoryConfig | None) -> None:
+        """Take the Agent's ``memory`` config: its embedding, and its ``ttl_days``, which lowers the expiry
+        ceiling where it is stricter than the policy (never raises it past 7 days)."""
+        if memory is None:
+            return
+        self.configure_embedding(memory.embedding)
+        if memory.ttl_days:
+            self.store.limit_expiry(memory.ttl_days * 24 * 3600)
+            self.policy = self.store.policy
 
     # -- google-adk / kagent entry points --------------------------------------------------------
 

@@ -31,13 +31,14 @@ from __future__ import annotations
 import uuid
 from collections.abc import Sequence
 from contextlib import suppress
+from dataclasses import replace
 from datetime import datetime
 
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from kagent_memory_governed import redaction
 from kagent_memory_governed.errors import GovernedMemoryError
-from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import admission, consent, data, erasure, maintenance, schema_admin, turns
 from kagent_memory_governed.store.database import Database
@@ -108,6 +109,12 @@ class Store:
 
     async def close(self) -> None:
         await self._db.engine.dispose()
+
+    def limit_expiry(self, seconds: int) -> None:
+        """Lower the expiry ceiling of every later grant, write and status (an Agent's ``memory.ttlDays``):
+        the stricter of this and the policy wins; it never raises the ceiling."""
+        ceiling = min(self._db.policy.max_expiry_seconds, admit_int(seconds, low=1, high=2**63 - 1))
+        self._db = replace(self._db, policy=self._db.policy.model_copy(update={"max_expiry_seconds": ceiling}))
 
     # -- schema -------------------------------------------------------------------------------------
 
