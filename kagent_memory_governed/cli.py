@@ -22,8 +22,11 @@ from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
 
 
-async def _migrate(store: Store) -> None:
-    print(f"governed memory schema at revision {await store.migrate()}")
+def _migrate(to: str) -> Callable[[Store], Awaitable[None]]:
+    async def migrate(store: Store) -> None:
+        print(f"governed memory schema at revision {await store.migrate(to)}")
+
+    return migrate
 
 
 async def _sweep(store: Store) -> None:
@@ -66,7 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         return _upstream(argv)
     parser = argparse.ArgumentParser(prog="kagent-memory-governed", description=__doc__)
     commands = parser.add_subparsers(dest="command", required=True)
-    commands.add_parser("migrate", help="create or upgrade the store schema in the configured database")
+    migrate = commands.add_parser("migrate", help="create or upgrade the store schema in the configured database")
+    migrate.add_argument("--to", default="head", help="the revision to upgrade or downgrade to (default: head)")
     commands.add_parser("sweep", help="physically delete expired entries now; prints a count")
     commands.add_parser("demo", help="the governed lifecycle, step by step, on the embedded default")
     commands.add_parser("doctor", help="content-free checks that this environment runs governed memory")
@@ -91,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                 return 2
             asyncio.run(run(settings))
         else:
-            asyncio.run(_with_store(settings, _migrate if args.command == "migrate" else _sweep))
+            asyncio.run(_with_store(settings, _migrate(args.to) if args.command == "migrate" else _sweep))
     except ConfigurationError as error:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
@@ -101,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"configuration error: {where + ': ' if where else ''}{problem['msg']}", file=sys.stderr)
         return 2
     except GovernedMemoryError as error:
-        print(f"refused: {error.reason.value}", file=sys.stderr)
+        print(f"refused: {error.explained()}", file=sys.stderr)
         return 1
     return 0
 

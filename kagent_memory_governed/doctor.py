@@ -68,7 +68,7 @@ async def _database(settings: Settings, policy: Policy) -> Check:
     try:
         await store.check_ready()
     except GovernedMemoryError as error:
-        return Check("database", False, error.reason.value)
+        return Check("database", False, error.reason.value, error.cause)
     finally:
         await store.close()
     return Check("database", True)

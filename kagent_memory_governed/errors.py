@@ -44,6 +44,7 @@ class Reason(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     INTERNAL_ERROR = "internal_error"
     SCHEMA_OUTDATED = "schema_outdated"
+    SCHEMA_NEWER = "schema_newer"
     UNSUPPORTED_DATABASE = "unsupported_database"
 
 
@@ -90,9 +91,14 @@ class Result(StrEnum):
 class GovernedMemoryError(Exception):
     """A refusal or failure of governed memory. ``str(error)`` is the reason code and nothing else."""
 
-    def __init__(self, reason: Reason) -> None:
+    def __init__(self, reason: Reason, *, cause: str | None = None) -> None:
         super().__init__(reason.value)
         self.reason = reason
+        self.cause = cause  # for operators: a content-free category (``connection_refused``), never database text
+
+    def explained(self) -> str:
+        """The reason code, and the operator-facing cause when there is one: ``store_unavailable (timeout)``."""
+        return f"{self.reason.value} ({self.cause})" if self.cause else self.reason.value
 
     def __repr__(self) -> str:
         return f"GovernedMemoryError({self.reason.value!r})"

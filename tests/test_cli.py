@@ -89,7 +89,7 @@ def test_inside_a_pod_the_embedded_server_runs_when_asked_for(tmp_path: Path, mo
 def test_an_unreachable_database_is_a_reason_code(tmp_path: Path):
     url = f"postgresql+asyncpg://postgres:s3cret-pw@/postgres?host={tmp_path}"
     result = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=url)
-    assert (result.returncode, result.stderr) == (1, "refused: store_unavailable\n")
+    assert (result.returncode, result.stderr) == (1, "refused: store_unavailable (connection_refused)\n")
 
 
 def _without_ids_and_times(output: str) -> str:

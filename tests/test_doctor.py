@@ -109,7 +109,7 @@ def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, m
         ["bridge_issuer", "FAILED", "missing"],
         ["homeserver", "ok"],
         ["agent_identity", "FAILED", "invalid"],
-        ["database", "FAILED", "store_unavailable"],
+        ["database", "FAILED", "store_unavailable", "connection_refused"],
         ["governed_memory_active", "FAILED", "not_activated"],
     ]
 

@@ -118,10 +118,12 @@ class Store:
 
     # -- schema -------------------------------------------------------------------------------------
 
-    async def migrate(self) -> str:
-        """Create or upgrade the schema to head under an advisory lock; returns the revision.
-        Refuses (``unsupported_database``) PostgreSQL older than 15 or pgvector older than 0.7."""
-        return await schema_admin.migrate(self._db)
+    async def migrate(self, to: str = "head") -> str:
+        """Create or upgrade the schema to ``to`` (default head; an older revision downgrades) under an
+        advisory lock; returns the revision. Refuses (``unsupported_database``) PostgreSQL older than 15 or
+        pgvector older than 0.7 (``extension_missing`` when this role may not create it), a database newer
+        than this package (``schema_newer``) and an unknown revision (``bad_input``)."""
+        return await schema_admin.migrate(self._db, to)
 
     async def revision(self) -> str | None:
         """The schema revision in the database, or ``None`` before the first migration."""

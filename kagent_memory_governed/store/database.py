@@ -8,6 +8,7 @@ inside a transaction is ``refuse``: its ledger row commits with the transaction,
 from __future__ import annotations
 
 import asyncio
+import socket
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -19,6 +20,7 @@ import asyncpg
 from sqlalchemy import Row, insert, select, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
 from kagent_memory_governed import clock
@@ -38,6 +40,36 @@ _DATABASE_ERRORS = (
     OSError,
     asyncio.TimeoutError,
 )
+
+# What an operator can act on, by the driver's or the OS's exception type; the first match in the chain wins.
+_CAUSES: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
+    ((asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError), "authentication_failed"),
+    ((asyncpg.InvalidCatalogNameError,), "database_missing"),
+    ((asyncpg.InsufficientPrivilegeError,), "permission_denied"),
+    ((socket.gaierror,), "name_not_resolved"),
+    ((ConnectionRefusedError, FileNotFoundError), "connection_refused"),
+    (
+        (asyncio.TimeoutError, TimeoutError, PoolTimeout, asyncpg.QueryCanceledError, asyncpg.LockNotAvailableError),
+        "timeout",
+    ),
+)
+
+
+def cause_of(error: BaseException) -> str | None:
+    """The operator-facing category of a database failure (content-free), or ``None`` if unknown."""
+    seen: list[BaseException] = []
+    pending: list[BaseException | None] = [error]
+    while pending and len(seen) < 16:
+        current = pending.pop(0)
+        if current is None or any(current is known for known in seen):
+            continue
+        seen.append(current)
+        for kinds, cause in _CAUSES:
+            if isinstance(current, kinds):
+                return cause
+        pending += [getattr(current, "orig", None), current.__cause__, current.__context__]
+    return None
+
 
 STATE_COLUMNS = (
     scopes.c.enabled,
@@ -80,8 +112,8 @@ class Database:
             raise
         except IntegrityError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
-        except _DATABASE_ERRORS:
-            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE) from None
+        except _DATABASE_ERRORS as error:
+            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
         if refusal is not None:
             raise GovernedMemoryError(refusal) from None
 

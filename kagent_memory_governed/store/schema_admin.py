@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+from alembic.migration import MigrationContext
 from sqlalchemy import func, select, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
@@ -17,37 +18,74 @@ MIN_PGVECTOR = (0, 7, 0)
 _MIGRATION_LOCK = 0x6B6D6700  # advisory lock id: concurrent `migrate` runs serialize
 
 
-async def migrate(db: Database) -> str:
+def _scripts():
+    from alembic.script import ScriptDirectory
+
+    return ScriptDirectory(str(files("kagent_memory_governed") / "migrations"))
+
+
+async def migrate(db: Database, to: str = "head") -> str:
+    """Upgrade to ``to`` (default: head), or downgrade to it when it is older than the database. Refuses a
+    database migrated past anything this package knows (``schema_newer``, naming both revisions) and an
+    unknown target (``bad_input``); a role that may not create pgvector gets ``extension_missing``."""
     from alembic import command
     from alembic.config import Config
+    from alembic.util import CommandError
 
-    def upgrade(sync_conn) -> None:  # alembic is synchronous; it runs on this connection
+    scripts = _scripts()
+    try:
+        target = scripts.get_revision(to).revision if to != "head" else scripts.get_current_head()
+    except CommandError:
+        raise GovernedMemoryError(Reason.BAD_INPUT, cause=f"no revision {to[:32]!r}") from None
+    await _create_extension(db)
+
+    def move(sync_conn) -> None:  # alembic is synchronous; it runs on this connection
+        current = MigrationContext.configure(sync_conn, opts={"version_table_schema": SCHEMA}).get_current_revision()
+        known = {script.revision for script in scripts.walk_revisions()}
+        if current is not None and current not in known:
+            cause = f"database at {current[:32]}, this package migrates to {scripts.get_current_head()}"
+            raise GovernedMemoryError(Reason.SCHEMA_NEWER, cause=cause)
         config = Config()
         config.set_main_option("script_location", str(files("kagent_memory_governed") / "migrations"))
         config.attributes["connection"] = sync_conn
-        command.upgrade(config, "head")
+        older = current is not None and target != current and target in _ancestors(scripts, current)
+        (command.downgrade if older else command.upgrade)(config, target)
 
     async with db.transaction() as conn:
         await conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
         await _check_server(conn)
-        await conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
         installed = await conn.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'"))
         if _version_tuple(installed) < MIN_PGVECTOR:  # only then: updating needs the extension's owner
             await conn.execute(text("ALTER EXTENSION vector UPDATE"))
         await conn.execute(CreateSchema(SCHEMA, if_not_exists=True))
-        await conn.run_sync(upgrade)
+        await conn.run_sync(move)
     return await revision(db)
 
 
-def head_revision() -> str:
-    from alembic.script import ScriptDirectory
+def _ancestors(scripts, revision: str) -> set[str]:
+    return {script.revision for script in scripts.iterate_revisions(revision, "base")} - {revision}
 
-    return ScriptDirectory(str(files("kagent_memory_governed") / "migrations")).get_current_head()
+
+async def _create_extension(db: Database) -> None:
+    """pgvector in this database, created if this role may; otherwise ``extension_missing``: a database
+    owner or superuser must run ``CREATE EXTENSION vector`` once."""
+    try:
+        async with db.transaction() as conn:  # under the migration lock: replicas migrating at once
+            await conn.execute(select(func.pg_advisory_xact_lock(_MIGRATION_LOCK)))
+            await _check_server(conn)
+            if not await conn.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")):
+                await conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
+    except GovernedMemoryError as failed:
+        if failed.cause == "permission_denied":
+            raise GovernedMemoryError(Reason.UNSUPPORTED_DATABASE, cause="extension_missing") from None
+        raise
+
+
+def head_revision() -> str:
+    return _scripts().get_current_head()
 
 
 async def revision(db: Database) -> str | None:
-    from alembic.migration import MigrationContext
-
     def current(sync_conn) -> str | None:  # alembic is synchronous; it reads on this connection
         return MigrationContext.configure(sync_conn, opts={"version_table_schema": SCHEMA}).get_current_revision()
 
@@ -63,8 +101,10 @@ async def check_ready(db: Database) -> None:
         )
     if installed is None or _version_tuple(installed) < MIN_PGVECTOR:
         raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
-    if await revision(db) != head_revision():
-        raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
+    found, scripts = await revision(db), _scripts()
+    if found != scripts.get_current_head():
+        newer = found is not None and found not in {script.revision for script in scripts.walk_revisions()}
+        raise GovernedMemoryError(Reason.SCHEMA_NEWER if newer else Reason.SCHEMA_OUTDATED)
 
 
 async def _check_server(conn: AsyncConnection) -> None:
