@@ -16,6 +16,7 @@ import yaml
 
 from kagent_memory_governed import cli
 from kagent_memory_governed.activation import ENVIRONMENT_SWITCH
+from kagent_memory_governed.adk import upstream
 from kagent_memory_governed.settings import Settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -253,10 +254,16 @@ def test_the_byo_agent_serves_a_kagent_config_with_memory_through_the_governed_c
 def test_the_image_installs_the_package_from_the_lock_and_turns_activation_on():
     instructions = dockerfile_instructions()
     assert ("FROM", "${KAGENT_APP_IMAGE}") in instructions
-    assert ("ARG", "KAGENT_APP_IMAGE=ghcr.io/kagent-dev/kagent/app:0.9.11") in instructions
+    assert ("ARG", "KAGENT_APP_IMAGE=ghcr.io/kagent-dev/kagent/app:${KAGENT_ADK_VERSION}") in instructions
+    newest = upstream.SUPPORTED[-1]
+    assert ("ARG", f"KAGENT_ADK_VERSION={newest.version}") in instructions
+    assert newest.image == f"ghcr.io/kagent-dev/kagent/app:{newest.version}"
     assert ("ENV", "KAGENT_GOVERNED_MEMORY=on") in instructions
     (install,) = [rest for op, rest in instructions if op == "RUN" and "pip install" in rest]
-    assert re.search(r"-c constraints\.txt \.(\s|$)", install) and not re.search(r"\s(-e|--editable)\s", install)
+    lock = re.escape('-c "locks/kagent-adk-${KAGENT_ADK_VERSION}.txt" .')
+    assert re.search(lock + r"(\s|$)", install) and not re.search(r"\s(-e|--editable)\s", install)
+    header = (ROOT / "deploy/Dockerfile").read_text()
+    assert all(r.image in header and f"locks/kagent-adk-{r.version}.txt" in header for r in upstream.SUPPORTED)
     copied = {
         source
         for op, rest in instructions
@@ -265,7 +272,7 @@ def test_the_image_installs_the_package_from_the_lock_and_turns_activation_on():
         if not source.startswith("--")
     }
     assert copied == {
-        "constraints.txt",
+        "locks/",
         "pyproject.toml",
         "README.md",
         "kagent_memory_governed.pth",

@@ -1,4 +1,5 @@
-"""The locked environment is the one upstream kagent v0.9.11 runs on, and it imports."""
+"""The locked environment of the installed kagent-adk release (locks/kagent-adk-<version>.txt) is installed
+exactly, and upstream's runtime imports in it."""
 
 from __future__ import annotations
 
@@ -6,15 +7,17 @@ import importlib
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 
-import pytest
 from packaging.utils import canonicalize_name
 
-LOCK = Path(__file__).resolve().parent.parent / "constraints.txt"
+from kagent_memory_governed.adk import upstream
+
+LOCKS = Path(__file__).resolve().parent.parent / "locks"
+LOCK = LOCKS / f"kagent-adk-{version('kagent-adk')}.txt"
 
 
-def _lock() -> dict[str, str]:
+def _lock(lock: Path = LOCK) -> dict[str, str]:
     pins = {}
-    for line in LOCK.read_text().splitlines():
+    for line in lock.read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, pinned = line.partition("==")
             pins[canonicalize_name(name)] = pinned
@@ -27,12 +30,13 @@ def test_pinned_kagent_runtime_imports() -> None:
     assert importlib.import_module("kagent.adk._memory_service").KagentMemoryService
 
 
-@pytest.mark.parametrize(
-    ("distribution", "pinned"),
-    [("kagent-adk", "0.9.11"), ("google-adk", "1.31.1"), ("a2a-sdk", "0.3.23"), ("kagent-core", "0.9.11")],
-)
-def test_upstream_pins_are_installed(distribution: str, pinned: str) -> None:
-    assert version(distribution) == pinned
+def test_every_supported_release_has_a_lock_that_pins_it_and_a2a_sdk_below_1():
+    expected = sorted(f"kagent-adk-{r.version}.txt" for r in upstream.SUPPORTED)
+    assert sorted(p.name for p in LOCKS.glob("*.txt")) == expected
+    for release in upstream.SUPPORTED:
+        pins = _lock(LOCKS / f"kagent-adk-{release.version}.txt")
+        assert (pins["kagent-adk"], pins["kagent-core"]) == (release.version, release.version)
+        assert (pins["google-adk"], pins["a2a-sdk"]) == (release.google_adk, release.a2a_sdk)
 
 
 def test_every_locked_distribution_is_installed_at_its_pin() -> None:

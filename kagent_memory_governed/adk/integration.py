@@ -1,9 +1,9 @@
 """How governed memory enters a kagent-adk process, in either of two modes (``runtime.Mode``):
 
-- ``entry-point``: kagent-adk has the memory plugin surface (upstream patch 0001 in ``patches/``);
+- ``entry-point``: kagent-adk has the memory plugin surface (upstream patch 0001 in ``patches/v<base>/``);
   ``runtime.GovernedMemoryPlugin`` answers its hooks and nothing in kagent is replaced;
-- ``runtime-patching``: pinned, unmodified kagent-adk 0.9.11; ``patch_kagent`` replaces by name the
-  classes and functions the plugin hooks stand for:
+- ``runtime-patching``: unmodified kagent-adk (a release of ``upstream.SUPPORTED``); ``patch_kagent``
+  replaces by name the classes and functions the plugin hooks stand for (``upstream.RUNTIME_PATCH_TARGETS``):
 
   - ``kagent.adk._a2a.KagentMemoryService``       -> a factory returning the ``GovernedMemoryService``
   - ``kagent.adk._a2a.Runner``                    -> a Runner that gets the governed service even in local mode
@@ -82,7 +82,7 @@ def configure_app(app: Any, runtime: Runtime) -> None:
         try:
             await runtime.store.check_ready()
         except GovernedMemoryError as refused:  # one content-free line and EX_CONFIG, never a traceback
-            sys.stderr.write(f"kagent-memory-governed: not serving: {refused.reason.value}\n")
+            sys.stderr.write(f"kagent-memory-governed: not serving: {refused.explained()}\n")
             sys.stderr.flush()
             os._exit(EXIT_NOT_READY)
         async with upstream_lifespan(app) as state:

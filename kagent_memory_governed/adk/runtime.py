@@ -1,10 +1,10 @@
 """The process runtime: one store, one trust, one memory service, installed once per process (R31).
 
 ``install()`` builds it and puts it in charge of kagent-adk: with kagent-adk's memory plugin surface
-(upstream patch 0001 in ``patches/``) by selecting this package's ``kagent.adk.memory`` entry point,
-``plugin``; on unmodified kagent-adk 0.9.11 by ``integration.patch_kagent``. ``active()`` is the way to
-reach it. Upstream's ``KagentMemoryService`` and memory tools are then never constructed; activation
-never falls back to upstream memory.
+(upstream patch 0001 in ``patches/v<base>/``) by selecting this package's ``kagent.adk.memory`` entry point,
+``plugin``; on unmodified kagent-adk (``upstream.SUPPORTED``) by ``integration.patch_kagent``.
+``active()`` is the way to reach it. Upstream's ``KagentMemoryService`` and memory tools are then never
+constructed; activation never falls back to upstream memory.
 """
 
 from __future__ import annotations
