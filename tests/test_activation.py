@@ -230,3 +230,20 @@ async def test_semantic_erasure_and_offboarding_leave_conversations_alone(
         assert offboard.json()["verified"] is True
     assert sessions_before and {sid: len(s["events"]) for sid, s in controller.sessions.items()} == sessions_before
     assert not [path for path in controller.paths if path.startswith("DELETE")]
+
+
+def test_an_agents_ttl_days_reaches_the_store_when_kagent_builds_the_app(tmp_path: Path, bridge, database_url, store):
+    """In a process of its own: the runtime's store is the process's, so the lowered ceiling must not leak."""
+    script = (
+        "import json, sys, time\n"
+        "import kagent_memory_governed\n"
+        "from kagent_memory_governed.testing import CONFIG, ScriptedModel, build_app\n"
+        "runtime = kagent_memory_governed.install()\n"
+        "build_app(ScriptedModel(), config={**CONFIG, 'memory': {**CONFIG['memory'], 'ttl_days': 2}})\n"
+        "print(runtime.store.policy.max_expiry_seconds)\n"
+    )
+    env = pod_environment(tmp_path, bridge, database_url)
+    env.pop("KAGENT_GOVERNED_MEMORY")
+    result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split()[-1] == str(2 * 24 * 3600)

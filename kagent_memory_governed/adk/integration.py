@@ -119,7 +119,7 @@ def patch_kagent(runtime: Runtime) -> None:
 
     def build(self: Any, local: bool = False) -> Any:
         if self.agent_config is not None and self.agent_config.memory is not None:
-            service.configure_embedding(self.agent_config.memory.embedding)
+            service.configure(self.agent_config.memory)  # its embedding; its ttl_days may lower expiry
         app = upstream_build(self, local=local)
         configure_app(app, runtime)
         return app

@@ -95,7 +95,7 @@ class GovernedMemoryPlugin:
     def create_memory_service(self, *, app_name: str, agent_config: Any, http_client: Any) -> GovernedMemoryService:
         memory = agent_config.memory if agent_config is not None else None
         service = install().service
-        service.configure_embedding(memory.embedding if memory is not None else None)
+        service.configure(memory)  # its embedding; its ttl_days may lower expiry
         return service
 
     def configure_agent(self, agent_config: Any, agent: Any) -> None:
