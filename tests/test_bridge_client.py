@@ -38,11 +38,7 @@ async def memory(runtime, governed_signer: ScopeSigner):
 
 
 async def remember(memory: AsyncControlClient) -> str:
-    headers = memory.headers()
-    answer = await A2AClient(memory.http).send(
-        "remember my bike", context_id=uuid.uuid4().hex, user=headers["X-User-Id"], scope=headers["X-Memory-Scope"]
-    )
-    return reply_text(answer)
+    return reply_text(await A2AClient(memory.http).send_as(memory.headers(), "remember my bike"))
 
 
 async def test_every_operation_answers_typed_values_and_the_generation_follows(memory: AsyncControlClient):

@@ -54,6 +54,12 @@ class A2AClient:
         assert answer.status_code == 200
         return answer.json()
 
+    async def send_as(self, headers: dict[str, str], text: str, *, context_id: str | None = None) -> dict:
+        """``message/send`` with the bridge's headers (a control client's ``headers()``), in a new session
+        unless ``context_id`` names one; without ``X-Memory-Scope`` the request is memory-free."""
+        context = context_id or uuid.uuid4().hex
+        return await self.send(text, context_id=context, user=headers["X-User-Id"], scope=headers.get("X-Memory-Scope"))
+
     async def stream(self, text: str, *, context_id: str, user: str | None, scope: str | None) -> str:
         """``message/stream``: the whole server-sent event stream, as text."""
         answer = await self.http.post("/", **self._request("message/stream", text, context_id, user, scope))

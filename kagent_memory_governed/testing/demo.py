@@ -68,10 +68,7 @@ def _step(title: str) -> None:
 
 async def _chat(memory: AsyncControlClient, text: str) -> str:
     """One A2A message as the bridge sends it (a new session each time), and what came back."""
-    headers = memory.headers()
-    answer = await A2AClient(memory.http).send(
-        text, context_id=uuid.uuid4().hex, user=headers["X-User-Id"], scope=headers["X-Memory-Scope"]
-    )
+    answer = await A2AClient(memory.http).send_as(memory.headers(), text)
     texts = [p.get("text", "") for a in answer["result"].get("artifacts") or [] for p in a.get("parts", [])]
     return f"task {answer['result']['status']['state']}; agent said {' '.join(texts) or '(nothing)'}"
 

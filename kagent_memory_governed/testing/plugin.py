@@ -147,13 +147,9 @@ class GovernedAgent:
         from kagent_memory_governed.testing import A2AClient, reply_text
 
         headers = self.memory.headers()
-        answer = await A2AClient(self.http).send(
-            text,
-            context_id=context_id or uuid.uuid4().hex,
-            user=headers["X-User-Id"],
-            scope=headers["X-Memory-Scope"] if scope else None,
-        )
-        return reply_text(answer)
+        if not scope:
+            del headers["X-Memory-Scope"]
+        return reply_text(await A2AClient(self.http).send_as(headers, text, context_id=context_id))
 
 
 @pytest.fixture
