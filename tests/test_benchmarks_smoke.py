@@ -1,7 +1,8 @@
 """The storage benchmark runs end to end in a tiny configuration on the test database.
 
-A smoke test, not a timing test: it asserts that the run completes, reports every figure, finds what
-exact search must find, and leaves no baseline schema behind. No assertion is about speed.
+A smoke test, not a timing test: it asserts that the run completes, reports every figure (the floor, each
+operation's ratio to it and to the baseline, the round trips counted), finds what exact search must find,
+and leaves no baseline schema behind. No assertion is about speed.
 """
 
 from __future__ import annotations
@@ -31,22 +32,46 @@ async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str)
 
     result = await storage.run(database_url, scopes=5, entries=20, queries=10)
 
-    assert {"config", "server", "load", "storage", "search", "admission", "save", "breakdown", "off", "targets"} <= (
-        result.keys()
-    )
+    assert {
+        "config",
+        "server",
+        "load",
+        "storage",
+        "search",
+        "prefetch",
+        "admission",
+        "save",
+        "breakdown",
+        "off",
+        "floor",
+        "operations",
+        "targets",
+    } <= result.keys()
     search = result["search"]
     for side in ("governed", "baseline"):
         assert {"median_ms", "p95_ms", "runs", "recall_at_5"} <= search[side].keys()
         assert 0.0 <= search[side]["recall_at_5"] <= 1.0
     assert search["governed"]["recall_at_5"] == 1.0  # exact search within the scope
+    assert result["prefetch"]["governed"]["recall_at_5"] == 1.0  # every subquery exact too
     assert {"median", "p95"} <= search["ratio"].keys()
-    assert {"governed", "baseline_insert", "ratio"} <= result["save"].keys()
+    assert {"governed", "governed_admit", "governed_write", "baseline_insert", "ratio"} <= result["save"].keys()
     assert {"governed", "baseline_delete", "ratio"} <= result["off"].keys()
     assert result["off"]["entries"] == 20
     assert result["storage"]["governed"]["bytes_per_entry"] > 0
     assert result["storage"]["baseline"]["bytes_per_entry"] > 0
+    assert result["storage"]["governed_entry"]["columns"]["embedding"] > 0
     assert result["admission"]["governed"]["runs"] == 10
-    assert {"search", "admit_units_1", "write_1", "off", "baseline_search", "floor"} <= result["breakdown"].keys()
+    assert {"search", "prefetch", "save", "off", "baseline_search"} <= result["breakdown"].keys()
+    floor = result["floor"]
+    assert {"round_trip_ms", "empty_transaction_ms", "durable_autocommit_ms", "durable_commit_ms"} <= floor.keys()
+    assert floor["round_trip_ms"] > 0
+    for name in ("search", "save", "off", "prefetch"):
+        operation = result["operations"][name]
+        assert operation["floor_ms"] >= operation["fewest_round_trips"] * floor["round_trip_ms"]
+        assert operation["round_trips"] >= 1  # counted from the statements the store sent
+        assert {"median", "p95"} <= operation["ratio_to_floor"].keys()
+        assert {"median", "p95"} <= operation["ratio_to_baseline"].keys()
+    assert all({"measured", "limit", "met"} <= check.keys() for check in result["targets"].values())
     assert storage.table(result)
     json.dumps(result)
 
