@@ -19,7 +19,7 @@ from kagent.adk import AgentConfig
 from support import pod_environment, serve, wait_for_health
 
 import kagent_memory_governed
-from kagent_memory_governed.adk.integration import upstream_has_plugins
+from kagent_memory_governed.adk.integration import upstream_has_extensions
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import (
@@ -39,20 +39,20 @@ BIN = Path(sys.executable).parent
 def governed_runner_class(runtime) -> type:
     """Where kagent gets its Runner class from in each activation mode."""
     if runtime.mode == "entry-point":
-        from kagent.adk.memory_plugin import load_memory_plugin
+        from kagent.adk.extensions import load_extension
 
-        return load_memory_plugin().runner_class
+        return load_extension().runner_class()
     return a2a.Runner
 
 
 def test_install_is_idempotent_and_picks_the_mode_kagent_supports(runtime):
     assert kagent_memory_governed.install() is runtime
-    assert runtime.mode == ("entry-point" if upstream_has_plugins() else "runtime-patching")
+    assert runtime.mode == ("entry-point" if upstream_has_extensions() else "runtime-patching")
     if runtime.mode == "entry-point":
-        from kagent.adk.memory_plugin import load_memory_plugin
+        from kagent.adk.extensions import load_extension
 
-        assert os.environ["KAGENT_MEMORY_PLUGIN"] == "governed"
-        service = load_memory_plugin().create_memory_service(app_name="x", agent_config=None, http_client=None)
+        assert os.environ["KAGENT_ADK_EXTENSION"] == "governed"
+        service = load_extension().create_memory_service(app_name="x", agent_config=None, http_client=None)
     else:
         service = a2a.KagentMemoryService(embedding_config=None)
     assert service is runtime.service
@@ -104,14 +104,14 @@ runtime = kagent_memory_governed.adk.runtime.active()
 if runtime is None:
     print("inactive", a.KagentMemoryService.__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)
 elif runtime.mode == "entry-point":
-    from kagent.adk.memory_plugin import load_memory_plugin
-    print(runtime.mode, type(load_memory_plugin()).__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)
+    from kagent.adk.extensions import load_extension
+    print(runtime.mode, type(load_extension()).__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)
 else:
     print(runtime.mode, a.KagentMemoryService.__name__, t.SaveMemoryTool.__name__, a.Runner.__name__)
 """
 ACTIVE = (
-    ["entry-point", "GovernedMemoryPlugin", "SaveMemoryTool", "Runner"]
-    if upstream_has_plugins()
+    ["entry-point", "GovernedMemoryExtension", "SaveMemoryTool", "Runner"]
+    if upstream_has_extensions()
     else ["runtime-patching", "memory_service_factory", "GovernedSaveMemoryTool", "GovernedRunner"]
 )
 

@@ -1,9 +1,9 @@
 """How governed memory enters a kagent-adk process, in either of two modes (``runtime.Mode``):
 
-- ``entry-point``: kagent-adk has the memory plugin surface (upstream patch 0001 in ``patches/v<base>/``);
-  ``runtime.GovernedMemoryPlugin`` answers its hooks and nothing in kagent is replaced;
+- ``entry-point``: kagent-adk has runtime extensions (upstream patch 0001 in ``patches/v<base>/``);
+  ``runtime.GovernedMemoryExtension`` answers their hooks and nothing in kagent is replaced;
 - ``runtime-patching``: unmodified kagent-adk (a release of ``upstream.SUPPORTED``); ``patch_kagent``
-  replaces by name the classes and functions the plugin hooks stand for (``upstream.RUNTIME_PATCH_TARGETS``):
+  replaces by name the classes and functions the extension hooks stand for (``upstream.RUNTIME_PATCH_TARGETS``):
 
   - ``kagent.adk._a2a.KagentMemoryService``       -> a factory returning the ``GovernedMemoryService``
   - ``kagent.adk._a2a.Runner``                    -> a Runner that gets the governed service even in local mode
@@ -41,9 +41,9 @@ if TYPE_CHECKING:
 EXIT_NOT_READY = 78  # EX_CONFIG: the database is unreachable, unsupported or not migrated
 
 
-def upstream_has_plugins() -> bool:
-    """Whether the installed kagent-adk has the memory plugin surface of upstream patch 0001."""
-    return importlib.util.find_spec("kagent.adk.memory_plugin") is not None
+def upstream_has_extensions() -> bool:
+    """Whether the installed kagent-adk has the runtime extensions of upstream patch 0001."""
+    return importlib.util.find_spec("kagent.adk.extensions") is not None
 
 
 def governed_runner(service: GovernedMemoryService) -> type[Runner]:
@@ -104,7 +104,7 @@ def patched() -> bool:
 
 
 def patch_kagent(runtime: Runtime) -> None:
-    """Runtime-patching mode: replace by name what each plugin hook stands for (the module docstring)."""
+    """Runtime-patching mode: replace by name what each extension hook stands for (the module docstring)."""
     import kagent.adk._a2a as a2a
     import kagent.adk.tools.memory_tools as memory_tools
     import kagent.adk.tools.prefetch_memory_tool as prefetch_tool

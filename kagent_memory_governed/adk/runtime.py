@@ -1,8 +1,8 @@
 """The process runtime: one store, one trust, one memory service, installed once per process (R31).
 
-``install()`` builds it and puts it in charge of kagent-adk: with kagent-adk's memory plugin surface
-(upstream patch 0001 in ``patches/v<base>/``) by selecting this package's ``kagent.adk.memory`` entry point,
-``plugin``; on unmodified kagent-adk (``upstream.SUPPORTED``) by ``integration.patch_kagent``.
+``install()`` builds it and puts it in charge of kagent-adk: with kagent-adk's runtime extensions
+(upstream patch 0001 in ``patches/v<base>/``) by selecting this package's ``kagent.adk.extensions`` entry point,
+``extension``; on unmodified kagent-adk (``upstream.SUPPORTED``) by ``integration.patch_kagent``.
 ``active()`` is the way to reach it. Upstream's ``KagentMemoryService`` and memory tools are then never
 constructed; activation never falls back to upstream memory.
 """
@@ -24,13 +24,13 @@ from kagent_memory_governed.assertion import Trust
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
 
-PLUGIN_NAME = "governed"  # the entry point name in the kagent.adk.memory group
+EXTENSION_NAME = "governed"  # the entry point name in the kagent.adk.extensions group
 
 
 class Mode(StrEnum):
     """How the runtime is in charge of kagent-adk."""
 
-    ENTRY_POINT = "entry-point"  # kagent-adk with the memory plugin surface loads ``plugin``
+    ENTRY_POINT = "entry-point"  # kagent-adk with runtime extensions loads ``extension``
     RUNTIME_PATCHING = "runtime-patching"  # pinned, unmodified kagent-adk: replaced by name
 
 
@@ -47,9 +47,9 @@ class Runtime:
     def in_charge(self) -> bool:
         """Whether kagent-adk, as loaded in this process, builds memory from governed pieces only."""
         if self.mode is Mode.ENTRY_POINT:
-            from kagent.adk.memory_plugin import load_memory_plugin
+            from kagent.adk.extensions import load_extension
 
-            return load_memory_plugin() is plugin
+            return load_extension() is extension
         return integration.patched()
 
 
@@ -78,19 +78,21 @@ def install(
         store = Store.connect(database_url(settings), settings.load_policy())
     redaction.install()
     metering.export_from_environment()
-    mode = Mode.ENTRY_POINT if integration.upstream_has_plugins() else Mode.RUNTIME_PATCHING
+    mode = Mode.ENTRY_POINT if integration.upstream_has_extensions() else Mode.RUNTIME_PATCHING
     runtime = Runtime(settings, trust, store, GovernedMemoryService(store, embedder), mode)
     if mode is Mode.ENTRY_POINT:
-        os.environ["KAGENT_MEMORY_PLUGIN"] = PLUGIN_NAME  # kagent-adk loads ``plugin`` itself
+        os.environ["KAGENT_ADK_EXTENSION"] = EXTENSION_NAME  # kagent-adk loads ``extension`` itself
     else:
         integration.patch_kagent(runtime)
     _active = runtime
     return runtime
 
 
-class GovernedMemoryPlugin:
-    """The ``kagent.adk.memory`` entry point: upstream's plugin hooks, answered by the installed runtime
-    (installing it from the environment if kagent-adk loads the plugin first)."""
+class GovernedMemoryExtension:
+    """The ``kagent.adk.extensions`` entry point: the hooks of upstream's ``RuntimeExtension`` Protocol,
+    answered by the installed runtime (installing it from the environment if kagent-adk loads the extension
+    first). It implements every hook, so it satisfies the Protocol without importing it (runtime-patching
+    mode has no ``kagent.adk.extensions``)."""
 
     def create_memory_service(self, *, app_name: str, agent_config: Any, http_client: Any) -> GovernedMemoryService:
         memory = agent_config.memory if agent_config is not None else None
@@ -98,13 +100,13 @@ class GovernedMemoryPlugin:
         service.configure(memory)  # its embedding; its ttl_days may lower expiry
         return service
 
-    def configure_agent(self, agent_config: Any, agent: Any) -> None:
+    def configure_memory(self, agent_config: Any, agent: Any) -> bool:
         tools.configure_memory(agent_config, agent)
+        return True  # upstream's memory tools, instruction and auto-save are never added
 
     def request_context_builder(self, task_store: Any) -> Any:
         return context_builder(install().trust)(task_store=task_store)
 
-    @property
     def runner_class(self) -> type[Runner]:
         return integration.governed_runner(install().service)
 
@@ -112,4 +114,4 @@ class GovernedMemoryPlugin:
         integration.configure_app(app, install())
 
 
-plugin = GovernedMemoryPlugin()
+extension = GovernedMemoryExtension()
