@@ -1,6 +1,9 @@
-"""Consent as values, and the fence: is work admitted under generation *g* still allowed now?
+"""Consent as values, and when an unfinished erasure blocks the subject's own requests.
 
-Pure functions; the store applies them inside the transaction that reads the scope record.
+The fence itself (is work admitted under generation *g* still allowed now?) is the database function
+``governed_memory.fence`` (migration 0007), applied in the statement that does the work: it refuses a
+missing scope record (``consent_missing``), a disabled one (``consent_disabled``), one whose consent has
+expired (``consent_expired``) and a stale generation (``consent_stale``), in that order.
 """
 
 from __future__ import annotations
@@ -52,22 +55,6 @@ def admit_label(value: object) -> str:
     if not isinstance(value, str) or _LABEL.fullmatch(value) is None:
         raise GovernedMemoryError(Reason.BAD_INPUT)
     return value
-
-
-def fence(state: ScopeState | None, generation: int, now: datetime) -> Reason | None:
-    """Why work admitted under ``generation`` is refused now, or ``None`` if it may proceed.
-
-    Refuses a missing scope record, a disabled one, one whose consent has expired, and a stale generation.
-    """
-    if state is None or state.generation == 0:
-        return Reason.CONSENT_MISSING
-    if not state.enabled:
-        return Reason.CONSENT_DISABLED
-    if state.consent_expires_at is not None and state.consent_expires_at <= now:
-        return Reason.CONSENT_EXPIRED
-    if generation != state.generation:
-        return Reason.CONSENT_STALE
-    return None
 
 
 def grant_refusal(state: ScopeState | None) -> Reason | None:

@@ -6,7 +6,6 @@ Also the pure admission checks over single values (a fact, an embedding) that ev
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
 
+_FLOAT32_MAX = 3.4028234663852886e38  # also excludes NaN and the infinities
 EMBEDDING_DIMENSIONS = 768  # kagent's KAgentEmbedding pads or truncates every provider to 768
 
 # key -> (ceiling, direction). "max": a value may only be lower; "min": only higher (a floor).
@@ -124,12 +124,13 @@ def admit_fact(text: object, policy: Policy) -> str:
 
 
 def admit_embedding(vector: Sequence[float]) -> list[float]:
-    """A 768-dimensional finite, non-zero vector as a list, or ``bad_input``."""
+    """A 768-dimensional non-zero vector of finite single-precision values (how it is stored) as a list,
+    or ``bad_input``."""
     try:
         values = [float(x) for x in vector]
     except (TypeError, ValueError):
         raise GovernedMemoryError(Reason.BAD_INPUT) from None
-    if len(values) != EMBEDDING_DIMENSIONS or not all(math.isfinite(x) for x in values) or not any(values):
+    if len(values) != EMBEDDING_DIMENSIONS or not all(abs(x) <= _FLOAT32_MAX for x in values) or not any(values):
         raise GovernedMemoryError(Reason.BAD_INPUT)
     return values
 

@@ -10,27 +10,14 @@ from collections import Counter
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
-import pytest
 from freezegun import freeze_time
 
-from kagent_memory_governed.admission import Bucket, explicit_refusal, hourly_refusal, refill
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
 
 T0 = datetime(2026, 7, 1, 9, tzinfo=UTC)
-
-
-def test_tokens_refill_at_the_per_minute_rate_up_to_the_burst():
-    policy = Policy()
-    assert refill(Bucket(0.0, T0), T0 + timedelta(seconds=10), policy) == pytest.approx(1.0)
-    assert refill(Bucket(0.0, T0), T0 + timedelta(hours=1), policy) == 3.0
-    assert refill(Bucket(2.0, T0), T0 - timedelta(seconds=5), policy) == 2.0  # a clock step back adds nothing
-    assert explicit_refusal(0.99, 0, policy) is Reason.RATE_LIMITED
-    assert explicit_refusal(3.0, 6, policy) is Reason.RATE_LIMITED
-    assert explicit_refusal(1.0, 5, policy) is None
-    assert hourly_refusal(52, 8, policy) is None and hourly_refusal(53, 8, policy) is Reason.HOURLY_CEILING
 
 
 async def _outcome(store: Store, key: ScopeKey, generation: int, **kwargs) -> str:
@@ -55,6 +42,19 @@ async def test_the_fourth_in_a_burst_and_the_seventh_in_a_minute_are_refused(sto
         assert await _outcome(store, key, generation, **explicit) == "rate_limited"
         frozen.move_to(T0 + timedelta(seconds=60))  # the three of T0 leave the window exactly now
         assert await _outcome(store, key, generation, **explicit) == "ok"
+
+
+async def test_tokens_refill_up_to_the_burst_and_a_clock_step_back_adds_none(store: Store, key: ScopeKey):
+    with freeze_time(T0, real_asyncio=True) as frozen:
+        generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+        explicit = {"units": 1, "explicit": True}
+        assert [await _outcome(store, key, generation, **explicit) for _ in range(3)] == ["ok"] * 3
+        frozen.move_to(T0 - timedelta(seconds=30))  # the clock steps back: no token accrues
+        assert await _outcome(store, key, generation, **explicit) == "rate_limited"
+        frozen.move_to(T0 + timedelta(seconds=9, microseconds=999_999))  # 0.99 of a token at 6 a minute
+        assert await _outcome(store, key, generation, **explicit) == "rate_limited"
+        frozen.move_to(T0 + timedelta(hours=1))  # an idle hour refills the burst and no more
+        assert [await _outcome(store, key, generation, **explicit) for _ in range(4)] == ["ok"] * 3 + ["rate_limited"]
 
 
 async def test_the_explicit_limit_is_per_sender_and_agent_across_rooms(store: Store, new_key):

@@ -1,10 +1,13 @@
 from __future__ import annotations
 
+import json
+import uuid
 from datetime import UTC, datetime, timedelta
 
+import asyncpg
 import pytest
 
-from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, fence, grant_refusal
+from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
@@ -16,29 +19,53 @@ def state(**changes: object) -> ScopeState:
     return ScopeState(**values)
 
 
-def test_the_current_generation_of_an_enabled_scope_passes_the_fence() -> None:
-    assert fence(state(), 3, NOW) is None
+# The fence is the database function every hot-path statement applies (migration 0007); here on its own.
+FENCE = (
+    "SELECT governed_memory.fence(s, $2, $3) FROM jsonb_populate_record(NULL::governed_memory.scopes, $1::jsonb) AS s"
+)
+
+
+@pytest.fixture
+def fenced(store, sql: asyncpg.Connection) -> asyncpg.Connection:
+    """A connection to the migrated test database (``store`` migrates it)."""
+    return sql
+
+
+async def _fence(sql: asyncpg.Connection, record: dict | None, generation: int, now: datetime = NOW) -> Reason | None:
+    if record is None:
+        missing = "SELECT governed_memory.fence(NULL::governed_memory.scopes, $1, $2)"
+        refusal = await sql.fetchval(missing, generation, now)
+    else:
+        row = {"scope_id": str(uuid.uuid4()), "enabled": True, "generation": 3, "consent_expires_at": None} | record
+        refusal = await sql.fetchval(FENCE, json.dumps(row, default=str), generation, now)
+    return Reason(refusal) if refusal is not None else None
+
+
+async def test_the_current_generation_of_an_enabled_scope_passes_the_fence(fenced: asyncpg.Connection) -> None:
+    assert await _fence(fenced, {}, 3) is None
 
 
 @pytest.mark.parametrize(
     ("record", "generation", "reason"),
     [
         (None, 1, Reason.CONSENT_MISSING),
-        (state(enabled=False, generation=0), 1, Reason.CONSENT_MISSING),
-        (state(enabled=False), 3, Reason.CONSENT_DISABLED),
-        (state(consent_expires_at=NOW), 3, Reason.CONSENT_EXPIRED),
-        (state(), 2, Reason.CONSENT_STALE),
-        (state(), 4, Reason.CONSENT_STALE),
+        ({"enabled": False, "generation": 0}, 1, Reason.CONSENT_MISSING),
+        ({"enabled": False}, 3, Reason.CONSENT_DISABLED),
+        ({"enabled": False, "consent_expires_at": NOW}, 2, Reason.CONSENT_DISABLED),  # the first reason wins
+        ({"consent_expires_at": NOW}, 3, Reason.CONSENT_EXPIRED),
+        ({"consent_expires_at": NOW}, 2, Reason.CONSENT_EXPIRED),
+        ({}, 2, Reason.CONSENT_STALE),
+        ({}, 4, Reason.CONSENT_STALE),
     ],
 )
-def test_the_fence_refuses_missing_disabled_expired_and_stale_consent(
-    record: ScopeState | None, generation: int, reason: Reason
+async def test_the_fence_refuses_missing_disabled_expired_and_stale_consent(
+    fenced: asyncpg.Connection, record: dict | None, generation: int, reason: Reason
 ) -> None:
-    assert fence(record, generation, NOW) is reason
+    assert await _fence(fenced, record, generation) is reason
 
 
-def test_consent_valid_until_later_passes() -> None:
-    assert fence(state(consent_expires_at=NOW + timedelta(microseconds=1)), 3, NOW) is None
+async def test_consent_valid_until_later_passes(fenced: asyncpg.Connection) -> None:
+    assert await _fence(fenced, {"consent_expires_at": NOW + timedelta(microseconds=1)}, 3) is None
 
 
 def test_an_unfinished_erasure_blocks_a_new_grant() -> None:

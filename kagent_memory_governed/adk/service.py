@@ -136,18 +136,18 @@ class GovernedMemoryService(BaseMemoryService):
         unit of the hourly ceiling; an explicit ``load`` is also rate limited per sender and agent."""
         await self._admit(scope, operation, units=len(queries), explicit=operation in EXPLICIT)
         vectors = await self._embed(queries)
+        hits = await self.store.search_many(  # every query in one statement: one fence, one snapshot
+            scope.key, scope.generation, vectors, top_k=SEARCH_TOP_K, min_score=SEARCH_MIN_SCORE
+        )
         found: dict[str, tuple[float, MemoryEntry]] = {}
-        for vector in vectors:
-            for hit in await self.store.search(
-                scope.key, scope.generation, vector, top_k=SEARCH_TOP_K, min_score=SEARCH_MIN_SCORE
-            ):
-                entry = MemoryEntry(
-                    id=str(hit.entry_id),
-                    content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
-                    timestamp=hit.created_at.isoformat(),
-                )
-                if entry.id not in found or found[entry.id][0] < hit.score:
-                    found[entry.id] = (hit.score, entry)
+        for hit in (hit for each in hits for hit in each):
+            entry = MemoryEntry(
+                id=str(hit.entry_id),
+                content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
+                timestamp=hit.created_at.isoformat(),
+            )
+            if entry.id not in found or found[entry.id][0] < hit.score:
+                found[entry.id] = (hit.score, entry)
         metering.count(operation, Result.OK)
         return [entry for _, entry in sorted(found.values(), key=lambda pair: -pair[0])]
 

@@ -37,11 +37,11 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from kagent_memory_governed import redaction
-from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import admission, consent, data, erasure, maintenance, schema_admin, turns
-from kagent_memory_governed.store.database import Database
+from kagent_memory_governed.store.database import Database, discard_closed_connections
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
     Entry,
@@ -94,7 +94,7 @@ class Store:
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_timeout=pool_timeout,
-            pool_pre_ping=True,
+            isolation_level="AUTOCOMMIT",  # transactions say so; a lone statement is one round trip
             connect_args={
                 "command_timeout": 30,
                 "server_settings": {
@@ -105,6 +105,7 @@ class Store:
                 },
             },
         )
+        discard_closed_connections(engine)
         return cls(engine, policy)
 
     async def close(self) -> None:
@@ -199,8 +200,24 @@ class Store:
         """The ``top_k`` live entries of ``key`` nearest to ``embedding`` by exact cosine similarity,
         each scoring at least ``min_score``. The fence and the entries are read in one statement,
         so one snapshot decides both. Refuses ``bad_input`` and a fenced-off generation."""
+        [hits] = await self.search_many(key, generation, [embedding], top_k=top_k, min_score=min_score)
+        return hits
+
+    async def search_many(
+        self,
+        key: ScopeKey,
+        generation: int,
+        embeddings: Sequence[Sequence[float]],
+        *,
+        top_k: int = 5,
+        min_score: float = 0.0,
+    ) -> list[list[Hit]]:
+        """``search`` for each of ``embeddings`` (at most ``prefetch_max_subqueries``) in one statement: one
+        fence, one snapshot, one ledger row counting every hit. The hits of each embedding, in order."""
         return await erasure.finishing(
-            self._db, key.scope_id, data.search(self._db, key, generation, embedding, top_k=top_k, min_score=min_score)
+            self._db,
+            key.scope_id,
+            data.search(self._db, key, generation, embeddings, top_k=top_k, min_score=min_score),
         )
 
     # -- conversation turns (auto-save input, R36) --------------------------------------------------
@@ -211,8 +228,10 @@ class Store:
         """Record that a turn of ``session_id`` ran admitted under consent ``generation`` (a no-op when the
         fence refuses it: such a turn is never collected); returns how many admitted turns of that session
         under that generation await auto-save. Only references derived from the ids are stored."""
-        waiting = await turns.record_turn(self._db, key, generation, session_id, invocation_id, recalled=recalled)
-        if not waiting:  # fenced off: the scope may be disabled by an unfinished erasure
+        refusal, waiting = await turns.record_turn(
+            self._db, key, generation, session_id, invocation_id, recalled=recalled
+        )
+        if refusal is Reason.CONSENT_DISABLED:  # the scope may be disabled by an unfinished erasure
             await self._finish_erasure(key)
         return waiting
 

@@ -6,19 +6,19 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import func, insert, select, true, tuple_
-from sqlalchemy.dialects.postgresql import JSON
+from sqlalchemy import BigInteger, BindParameter, DateTime, Double, Integer, Text, bindparam, func, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY, REAL, UUID
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.consent import admit_generation, fence, grant_refusal
+from kagent_memory_governed.consent import admit_generation, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
-from kagent_memory_governed.schema import entries, scopes
+from kagent_memory_governed.schema import entries
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store.database import STATE_COLUMNS, Database, record, refuse, scope_state, state_of
+from kagent_memory_governed.store.database import Database, raise_refusal, record, refuse, scope_state
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
 
 
@@ -31,97 +31,60 @@ async def write(
         if not facts or len(facts) > db.policy.entry_cap:
             raise GovernedMemoryError(Reason.BAD_INPUT)
         admitted = [(admit_fact(f.text, db.policy), admit_embedding(f.embedding)) for f in facts]
-    now = clock.now()
-    texts = list(dict.fromkeys(fact for fact, _ in admitted))
-    async with db.transaction() as conn:
-        state = await scope_state(conn, sid, lock=True)
-        refusal = fence(state, generation, now)
-        if refusal is None:
-            # counted after the lock; a fact equal to a live entry keeps that entry and its expiry (R36)
-            live, known = (
-                await conn.execute(
-                    select(
-                        func.count(),
-                        func.json_object_agg(entries.c.text, entries.c.entry_id, type_=JSON).filter(
-                            entries.c.text.in_(texts)
-                        ),
-                    ).where(entries.c.scope_id == sid, entries.c.expires_at > now)
-                )
-            ).one()
-            known = {text: uuid.UUID(entry_id) for text, entry_id in (known or {}).items()}
-            new: dict[str, list[float]] = {}
-            for fact, vector in admitted:
-                if fact not in known:
-                    new.setdefault(fact, vector)
-            if new and live + len(new) > min(state.entry_cap, db.policy.entry_cap):
-                refusal = Reason.ENTRY_CAP_REACHED
-        if refusal is not None:
-            await refuse(conn, Operation.WRITE, refusal, scope_id=sid, generation=generation, at=now)
-        lifetime = timedelta(seconds=expiry_seconds(expires_in, db.policy, state.max_expiry_seconds))
-        known |= {fact: uuid.uuid4() for fact in new}
-        if new:
-            await conn.execute(
-                insert(entries),
-                [
-                    {
-                        "scope_id": sid,
-                        "entry_id": known[fact],
-                        "text": fact,
-                        "embedding": vector,
-                        "generation": generation,
-                        "created_at": now,
-                        "expires_at": now + lifetime,
-                    }
-                    for fact, vector in new.items()
-                ],
-            )
-        await record(conn, Operation.WRITE, Result.OK, scope_id=sid, generation=generation, count=len(new), at=now)
-    return [known[fact] for fact, _ in admitted]
+        # the policy's bound; the function lowers it to what the scope's consent allows
+        lifetime = expiry_seconds(expires_in, db.policy, db.policy.max_expiry_seconds)
+    call = func.governed_memory.write(
+        bindparam("scope", sid, type_=UUID),
+        bindparam("generation", generation, type_=BigInteger),
+        bindparam("now", clock.now(), type_=DateTime(timezone=True)),
+        bindparam("facts", [fact for fact, _ in admitted], type_=ARRAY(Text)),
+        _vectors(vector for _, vector in admitted),
+        bindparam("cap", db.policy.entry_cap, type_=Integer),
+        bindparam("lifetime", lifetime, type_=BigInteger),
+    ).table_valued("refusal", "fact", "entry_id")
+    rows = await db.call(select(call.c.refusal, call.c.fact, call.c.entry_id))
+    raise_refusal(rows)
+    stored = {row.fact: row.entry_id for row in rows}
+    return [stored[fact] for fact, _ in admitted]
 
 
 async def search(
-    db: Database, key: ScopeKey, generation: int, embedding: Sequence[float], *, top_k: int, min_score: float
-) -> list[Hit]:
+    db: Database,
+    key: ScopeKey,
+    generation: int,
+    embeddings: Sequence[Sequence[float]],
+    *,
+    top_k: int,
+    min_score: float,
+) -> list[list[Hit]]:
     sid = key.scope_id
     async with db.checking(Operation.SEARCH, scope_id=sid):
         admit_generation(generation)
-        query = admit_embedding(embedding)
+        admit_int(len(embeddings), low=1, high=db.policy.prefetch_max_subqueries)
+        queries = [admit_embedding(embedding) for embedding in embeddings]
         admit_int(top_k, low=1, high=db.policy.entry_cap)
         if not -1.0 <= float(min_score) <= 1.0:
             raise GovernedMemoryError(Reason.BAD_INPUT)
-    now = clock.now()
-    distance = entries.c.embedding.cosine_distance(query)
-    hits = (
-        select(
-            entries.c.entry_id,
-            entries.c.text,
-            entries.c.created_at,
-            entries.c.expires_at,
-            distance.label("distance"),
-        )
-        .where(entries.c.scope_id == scopes.c.scope_id, entries.c.expires_at > now, distance <= 1.0 - min_score)
-        .order_by(distance, entries.c.entry_id)
-        .limit(top_k)
-        .lateral("hits")
-    )
-    statement = (
-        select(*STATE_COLUMNS, hits)
-        .select_from(scopes.outerjoin(hits, true()))
-        .where(scopes.c.scope_id == sid)
-        .order_by(hits.c.distance, hits.c.entry_id)
-    )
-    async with db.transaction(durable=False) as conn:
-        rows = (await conn.execute(statement)).all()
-        refusal = fence(state_of(rows[0]) if rows else None, generation, now)
-        if refusal is not None:
-            await refuse(conn, Operation.SEARCH, refusal, scope_id=sid, generation=generation, at=now)
-        found = [
-            Hit(r.entry_id, r.text, 1.0 - r.distance, r.created_at, r.expires_at)
-            for r in rows
-            if r.entry_id is not None
-        ]
-        await record(conn, Operation.SEARCH, Result.OK, scope_id=sid, generation=generation, count=len(found), at=now)
+    call = func.governed_memory.search(
+        bindparam("scope", sid, type_=UUID),
+        bindparam("generation", generation, type_=BigInteger),
+        bindparam("now", clock.now(), type_=DateTime(timezone=True)),
+        _vectors(queries),
+        bindparam("top_k", top_k, type_=Integer),
+        bindparam("max_distance", 1.0 - float(min_score), type_=Double),
+    ).table_valued("refusal", "query", "entry_id", "fact", "created_at", "expires_at", "distance")
+    rows = await db.call(select(call))
+    raise_refusal(rows)
+    found: list[list[Hit]] = [[] for _ in queries]
+    for r in rows:
+        if r.entry_id is not None:
+            found[r.query - 1].append(Hit(r.entry_id, r.fact, 1.0 - r.distance, r.created_at, r.expires_at))
     return found
+
+
+def _vectors(vectors: Iterable[Sequence[float]]) -> BindParameter:
+    """Vectors as one flat ``real[]``: binary on the wire, cast to ``vector`` by the database function."""
+    return bindparam("vectors", [x for vector in vectors for x in vector], type_=ARRAY(REAL))
 
 
 async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None) -> Page:

@@ -1,8 +1,10 @@
 """The one way into the database: transactions, their errors as reason codes, and the ledger.
 
-Every statement of the store runs inside ``Database.transaction``. A database failure leaves it as
-``store_unavailable`` (a constraint violation as ``bad_input``) with no database text. A refusal decided
-inside a transaction is ``refuse``: its ledger row commits with the transaction, then the reason is raised.
+The hot path is ``Database.call``: one statement (a database function of migration 0007) in its own
+transaction, one round trip. Everything else runs inside ``Database.transaction``. A database failure
+leaves either as ``store_unavailable`` (a constraint violation as ``bad_input``) with no database text.
+A refusal decided inside a transaction is ``refuse``: its ledger row commits with the transaction, then
+the reason is raised; a function returns its refusal, its ledger row committed with the call.
 """
 
 from __future__ import annotations
@@ -10,16 +12,16 @@ from __future__ import annotations
 import asyncio
 import socket
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NoReturn
 
 import asyncpg
-from sqlalchemy import Row, insert, select, text
+from sqlalchemy import Executable, Row, event, insert, select, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
-from sqlalchemy.exc import IntegrityError, SQLAlchemyError
+from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -71,6 +73,18 @@ def cause_of(error: BaseException) -> str | None:
     return None
 
 
+def discard_closed_connections(engine: AsyncEngine) -> None:
+    """Without a pre-ping round trip, a pooled connection whose server side has gone (a restart, a killed
+    backend) is still known at checkout: asyncpg marks it closed when its socket ends. The pool then
+    replaces it instead of failing the next operation."""
+
+    def check(dbapi_connection, record, proxy) -> None:
+        if dbapi_connection.driver_connection.is_closed():
+            raise DisconnectionError
+
+    event.listen(engine.sync_engine, "checkout", check)
+
+
 STATE_COLUMNS = (
     scopes.c.enabled,
     scopes.c.generation,
@@ -92,8 +106,18 @@ class _Refused(Exception):
 class Database:
     """The engine and the policy every statement of the store runs under."""
 
-    engine: AsyncEngine
+    engine: AsyncEngine  # autocommit: a statement outside ``transaction`` is a transaction of its own
     policy: Policy
+
+    async def call(self, statement: Executable) -> list[Row]:
+        """One statement in a transaction of its own: one round trip. Its rows; failures as in ``transaction``."""
+        try:
+            async with self.engine.connect() as conn:
+                return list((await conn.execute(statement)).all())
+        except IntegrityError:
+            raise GovernedMemoryError(Reason.BAD_INPUT) from None
+        except _DATABASE_ERRORS as error:
+            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
 
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[AsyncConnection]:
@@ -101,7 +125,7 @@ class Database:
         a ``refuse`` commits the transaction (its ledger row) and is raised as its reason."""
         refusal: Reason | None = None
         try:
-            async with self.engine.begin() as conn:
+            async with self.engine.execution_options(isolation_level="READ COMMITTED").begin() as conn:
                 if not durable:  # read-path ledger rows: losing the last few on a crash is acceptable
                     await conn.execute(text("SET LOCAL synchronous_commit = off"))
                 try:
@@ -168,6 +192,13 @@ async def refuse(
     transaction still commits, the row with it, before ``Database.transaction`` raises the reason."""
     await record(conn, operation, Result.REFUSED, reason=reason, scope_id=scope_id, generation=generation, at=at)
     raise _Refused(reason)
+
+
+def raise_refusal(rows: Sequence[Row]) -> None:
+    """A database function's refusal, its ledger row committed with the call, raised as the reason it names.
+    Such a function answers a refusal as its only row, in a ``refusal`` column (NULL when admitted)."""
+    if rows and rows[0].refusal is not None:
+        raise GovernedMemoryError(Reason(rows[0].refusal))
 
 
 def state_of(row: Row | None) -> ScopeState | None:

@@ -8,7 +8,6 @@ from datetime import timedelta
 from sqlalchemy import delete, select, tuple_
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.admission import HOUR
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.schema import entries, ledger, replays, scopes, turns, usage
 from kagent_memory_governed.store import erasure
@@ -42,7 +41,7 @@ async def sweep(db: Database, *, batch: int) -> int:
             break
     async with db.transaction() as conn:
         await conn.execute(delete(replays).where(replays.c.expires_at <= now))
-        await conn.execute(delete(usage).where(usage.c.at <= now - HOUR))
+        await conn.execute(delete(usage).where(usage.c.at <= now - timedelta(hours=1)))
         # turns can only be collected under their scope's current generation, and not after the ceiling
         await conn.execute(
             delete(turns).where(

@@ -1,73 +1,50 @@
 """Conversation turns, the input of auto-save (R36): recorded under the generation that admitted them,
-collected once, and never across an erasure or a withdrawal. Only references derived from ids are kept."""
+collected once, and never across an erasure or a withdrawal. Only references derived from ids are kept.
+Each is one call of a database function (migration 0007), fenced in the statement that does the work."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from sqlalchemy import delete, func, select
-from sqlalchemy.dialects.postgresql import insert as pg_insert
+from sqlalchemy import BigInteger, Boolean, DateTime, bindparam, func, select
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.consent import admit_generation, fence
-from kagent_memory_governed.errors import Operation, Result
-from kagent_memory_governed.schema import turns
+from kagent_memory_governed.consent import admit_generation
+from kagent_memory_governed.errors import Reason
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store.database import Database, record, refuse, scope_state
+from kagent_memory_governed.store.database import Database, raise_refusal
 from kagent_memory_governed.store.values import Turn, turn_ref
 
 
 async def record_turn(
     db: Database, key: ScopeKey, generation: int, session_id: str, invocation_id: str, *, recalled: bool
-) -> int:
-    sid = key.scope_id
+) -> tuple[Reason | None, int]:
     admit_generation(generation)
-    session = turn_ref(session_id)
-    now = clock.now()
-    async with db.transaction(durable=False) as conn:
-        if fence(await scope_state(conn, sid, lock=False), generation, now) is not None:
-            return 0
-        await conn.execute(
-            pg_insert(turns)
-            .values(
-                scope_id=sid,
-                session_ref=session,
-                invocation_ref=turn_ref(invocation_id),
-                generation=generation,
-                recalled=recalled,
-                at=now,
-            )
-            .on_conflict_do_update(
-                index_elements=[turns.c.scope_id, turns.c.session_ref, turns.c.invocation_ref],
-                set_={"recalled": turns.c.recalled | recalled},
-            )
-        )
-        return await conn.scalar(
-            select(func.count()).where(
-                turns.c.scope_id == sid, turns.c.session_ref == session, turns.c.generation == generation
-            )
-        )
+    call = func.governed_memory.record_turn(
+        bindparam("scope", key.scope_id, type_=UUID),
+        bindparam("generation", generation, type_=BigInteger),
+        bindparam("now", clock.now(), type_=DateTime(timezone=True)),
+        bindparam("session", turn_ref(session_id), type_=UUID),
+        bindparam("invocation", turn_ref(invocation_id), type_=UUID),
+        bindparam("recalled", recalled, type_=Boolean),
+    ).table_valued("refusal", "waiting")
+    [row] = await db.call(select(call.c.refusal, call.c.waiting))
+    return (Reason(row.refusal) if row.refusal else None), row.waiting
 
 
 async def collect_turns(
     db: Database, key: ScopeKey, generation: int, session_id: str, candidates: Sequence[str]
 ) -> list[Turn]:
-    sid = key.scope_id
     admit_generation(generation)
     refs = {turn_ref(invocation): invocation for invocation in candidates}
-    now = clock.now()
-    async with db.transaction() as conn:
-        refusal = fence(await scope_state(conn, sid, lock=False), generation, now)
-        if refusal is not None:
-            await refuse(conn, Operation.COLLECT, refusal, scope_id=sid, generation=generation, at=now)
-        this_session = [turns.c.scope_id == sid, turns.c.session_ref == turn_ref(session_id)]
-        await conn.execute(delete(turns).where(*this_session, turns.c.generation != generation))
-        taken = (
-            await conn.execute(
-                delete(turns)
-                .where(*this_session, turns.c.invocation_ref.in_(list(refs)))
-                .returning(turns.c.invocation_ref, turns.c.recalled)
-            )
-        ).all()
-        await record(conn, Operation.COLLECT, Result.OK, scope_id=sid, generation=generation, count=len(taken), at=now)
-    return [Turn(refs[row.invocation_ref], row.recalled) for row in taken]
+    call = func.governed_memory.collect_turns(
+        bindparam("scope", key.scope_id, type_=UUID),
+        bindparam("generation", generation, type_=BigInteger),
+        bindparam("now", clock.now(), type_=DateTime(timezone=True)),
+        bindparam("session", turn_ref(session_id), type_=UUID),
+        bindparam("candidates", list(refs), type_=ARRAY(UUID)),
+    ).table_valued("refusal", "invocation_ref", "recalled")
+    rows = await db.call(select(call.c.refusal, call.c.invocation_ref, call.c.recalled))
+    raise_refusal(rows)
+    return [Turn(refs[row.invocation_ref], row.recalled) for row in rows]
