@@ -64,6 +64,9 @@ def context_builder(trust: Trust) -> type[KAgentRequestContextBuilder]:
     class GovernedRequestContextBuilder(KAgentRequestContextBuilder):
         async def build(self, params=None, task_id=None, context_id=None, task=None, context=None):
             bind(context.state.setdefault("headers", {}) if context else {}, trust)
-            return await super().build(params, task_id, context_id, task, context)
+            # by keyword: kagent-core on a2a-sdk 1.x (upstream main) takes ``context`` first
+            return await super().build(
+                params=params, task_id=task_id, context_id=context_id, task=task, context=context
+            )
 
     return GovernedRequestContextBuilder
