@@ -17,7 +17,7 @@ Differences between 0.9.11 and 0.10.4 and where they are handled:
 - kagent-core 0.10.4's ``KAgentRequestContextBuilder.build`` keeps its signature and still takes the user from
   the ``x-user-id`` header in ``context.state["headers"]`` (through ``get_call_context_user_id``); the governed
   builder (``request.context_builder``) binds the scope and drops ``X-Memory-Scope`` before it, on both.
-- 0.10.4's OpenAI adapter has a Responses API path whose failures echo the provider's text: upstream patch 0006
+- 0.10.4's OpenAI adapter has a Responses API path whose failures echo the provider's text: upstream patch 0005
   covers it in ``patches/v0.10.4/`` only; at run time ``boundary.RecallBoundary`` replaces any model
   ``error_message`` of a scoped request with a reason code, on both.
 - google-adk 1.39 (the 0.10.4 lock) emits its own OTel metric ``gen_ai.tool.execution.duration`` beside
