@@ -8,7 +8,7 @@ data directory. A killer strikes at random points of their progress, while state
 - ``postmaster``: SIGKILL of the postmaster, then a restart on the same data directory;
 - ``backend``: SIGKILL of random client backends (the server ends every backend and recovers);
 - ``terminate``: ``pg_terminate_backend`` of random client backends;
-- ``targeted``: one of those fired from inside the erasure path or a multi-row write: inside the fence,
+- ``targeted``: one of those fired from inside the erasure path or a write: inside the fence,
   between fence and delete, between delete and verify, between verify and settle, or at an insert.
 
 After every strike the workers pause and the database is checked:
@@ -75,8 +75,10 @@ TARGETS = {
     ),
     "SELECT count(*) AS count_1 \nFROM governed_memory.entries \nWHERE governed_memory.entries.scope_id = $1::UUID"
     " AND (EXISTS": "between delete and verify",
-    "UPDATE governed_memory.scopes SET enabled=governed_memory.scopes.resume": "between verify and settle",
-    "INSERT INTO governed_memory.entries": "during a multi-row write",
+    "WITH settled AS \n(UPDATE governed_memory.scopes SET enabled=governed_memory.scopes.resume": (
+        "between verify and settle"
+    ),
+    "SELECT anon_1.refusal, anon_1.fact, anon_1.entry_id \nFROM governed_memory.write(": "during a write",
 }
 OPERATIONS = {
     "write": 30,

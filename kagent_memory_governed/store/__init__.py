@@ -41,7 +41,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import admission, consent, data, erasure, maintenance, schema_admin, turns
-from kagent_memory_governed.store.database import Database, discard_closed_connections
+from kagent_memory_governed.store.database import Database, prepare_connections
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
     Entry,
@@ -105,7 +105,7 @@ class Store:
                 },
             },
         )
-        discard_closed_connections(engine)
+        prepare_connections(engine)
         return cls(engine, policy)
 
     async def close(self) -> None:

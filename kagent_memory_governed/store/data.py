@@ -6,11 +6,11 @@ from __future__ import annotations
 import base64
 import binascii
 import uuid
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import BigInteger, BindParameter, DateTime, Double, Integer, Text, bindparam, func, select, tuple_
-from sqlalchemy.dialects.postgresql import ARRAY, REAL, UUID
+from sqlalchemy import BigInteger, DateTime, Double, Integer, Text, bindparam, func, select, tuple_
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import admit_generation, grant_refusal
@@ -18,7 +18,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import entries
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store.database import Database, raise_refusal, record, refuse, scope_state
+from kagent_memory_governed.store.database import Database, Vectors, raise_refusal, record, refuse, scope_state
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
 
 
@@ -38,7 +38,7 @@ async def write(
         bindparam("generation", generation, type_=BigInteger),
         bindparam("now", clock.now(), type_=DateTime(timezone=True)),
         bindparam("facts", [fact for fact, _ in admitted], type_=ARRAY(Text)),
-        _vectors(vector for _, vector in admitted),
+        bindparam("vectors", [vector for _, vector in admitted], type_=Vectors()),
         bindparam("cap", db.policy.entry_cap, type_=Integer),
         bindparam("lifetime", lifetime, type_=BigInteger),
     ).table_valued("refusal", "fact", "entry_id")
@@ -69,7 +69,7 @@ async def search(
         bindparam("scope", sid, type_=UUID),
         bindparam("generation", generation, type_=BigInteger),
         bindparam("now", clock.now(), type_=DateTime(timezone=True)),
-        _vectors(queries),
+        bindparam("queries", queries, type_=Vectors()),
         bindparam("top_k", top_k, type_=Integer),
         bindparam("max_distance", 1.0 - float(min_score), type_=Double),
     ).table_valued("refusal", "query", "entry_id", "fact", "created_at", "expires_at", "distance")
@@ -80,11 +80,6 @@ async def search(
         if r.entry_id is not None:
             found[r.query - 1].append(Hit(r.entry_id, r.fact, 1.0 - r.distance, r.created_at, r.expires_at))
     return found
-
-
-def _vectors(vectors: Iterable[Sequence[float]]) -> BindParameter:
-    """Vectors as one flat ``real[]``: binary on the wire, cast to ``vector`` by the database function."""
-    return bindparam("vectors", [x for vector in vectors for x in vector], type_=ARRAY(REAL))
 
 
 async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None) -> Page:

@@ -13,17 +13,21 @@ import asyncio
 import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
-from contextlib import asynccontextmanager
+from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from typing import NoReturn
 
 import asyncpg
-from sqlalchemy import Executable, Row, event, insert, select, text
+import numpy
+from pgvector import Vector
+from pgvector.asyncpg import register_vector
+from sqlalchemy import Executable, Insert, Row, event, insert, select, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.types import UserDefinedType
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, ScopeState
@@ -73,16 +77,33 @@ def cause_of(error: BaseException) -> str | None:
     return None
 
 
-def discard_closed_connections(engine: AsyncEngine) -> None:
-    """Without a pre-ping round trip, a pooled connection whose server side has gone (a restart, a killed
-    backend) is still known at checkout: asyncpg marks it closed when its socket ends. The pool then
-    replaces it instead of failing the next operation."""
+def prepare_connections(engine: AsyncEngine) -> None:
+    """Checkout without a round trip. A pooled connection whose server side has gone (a restart, a killed
+    backend) is known at checkout, since asyncpg marks it closed when its socket ends, and the pool replaces
+    it instead of failing the next operation: no pre-ping. Each connection learns pgvector's binary codec
+    once, after the first migration has created the extension."""
 
     def check(dbapi_connection, record, proxy) -> None:
         if dbapi_connection.driver_connection.is_closed():
             raise DisconnectionError
+        if not record.info.get("vector_codec"):
+            with suppress(ValueError):  # "unknown type": the extension does not exist yet
+                dbapi_connection.run_async(register_vector)
+                record.info["vector_codec"] = True
 
     event.listen(engine.sync_engine, "checkout", check)
+
+
+class Vectors(UserDefinedType):
+    """A ``vector[]`` parameter sent in pgvector's binary format: 4 bytes a value, no text to format or parse."""
+
+    cache_ok = True
+
+    def get_col_spec(self, **kw) -> str:
+        return "vector[]"
+
+    def bind_processor(self, dialect):
+        return lambda vectors: [Vector(numpy.asarray(vector, dtype=numpy.float32)) for vector in vectors]
 
 
 STATE_COLUMNS = (
@@ -113,7 +134,8 @@ class Database:
         """One statement in a transaction of its own: one round trip. Its rows; failures as in ``transaction``."""
         try:
             async with self.engine.connect() as conn:
-                return list((await conn.execute(statement)).all())
+                result = await conn.execute(statement)
+                return list(result.all()) if result.returns_rows else []
         except IntegrityError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
         except _DATABASE_ERRORS as error:
@@ -152,8 +174,7 @@ class Database:
                 await refuse(conn, operation, refused.reason, scope_id=scope_id)
 
 
-async def record(
-    conn: AsyncConnection,
+def ledger_row(
     operation: str,
     result: Result,
     *,
@@ -163,20 +184,23 @@ async def record(
     count: int | None = None,
     entry_id: uuid.UUID | None = None,
     at: datetime | None = None,
-) -> None:
+) -> Insert:
     """The content-free ledger row of an operation: codes, counts and opaque ids, never content."""
-    await conn.execute(
-        insert(ledger).values(
-            at=at or clock.now(),
-            operation=operation,
-            result=result,
-            reason=reason.value if reason else None,
-            scope_id=scope_id,
-            generation=generation,
-            count=count,
-            entry_id=entry_id,
-        )
+    return insert(ledger).values(
+        at=at or clock.now(),
+        operation=operation,
+        result=result,
+        reason=reason.value if reason else None,
+        scope_id=scope_id,
+        generation=generation,
+        count=count,
+        entry_id=entry_id,
     )
+
+
+async def record(conn: AsyncConnection, operation: str, result: Result, **row) -> None:
+    """Write ``ledger_row(operation, result, **row)`` in the transaction of ``conn``."""
+    await conn.execute(ledger_row(operation, result, **row))
 
 
 async def refuse(

@@ -27,7 +27,7 @@ from kagent_memory_governed.consent import Erasure, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
-from kagent_memory_governed.store.database import Database, record, refuse, scope_state
+from kagent_memory_governed.store.database import Database, ledger_row, record, refuse, scope_state
 from kagent_memory_governed.store.values import Erased, Offboarded
 
 T = TypeVar("T")
@@ -80,16 +80,14 @@ async def offboard(db: Database, principal: Principal) -> Offboarded:
 async def finish(db: Database, sid: uuid.UUID) -> bool:
     """Complete the scope's unfinished erasure, if it has one; returns whether it had one. Raises
     ``erasure_failed`` if it still cannot be verified (the scope stays disabled), or ``store_unavailable``."""
-    async with db.transaction() as conn:
-        fence = (
-            await conn.execute(
-                select(scopes.c.generation, scopes.c.erasure_entry).where(
-                    scopes.c.scope_id == sid, scopes.c.erasure.in_(_UNFINISHED)
-                )
-            )
-        ).one_or_none()
-    if fence is None:
+    unfinished = await db.call(
+        select(scopes.c.generation, scopes.c.erasure_entry).where(
+            scopes.c.scope_id == sid, scopes.c.erasure.in_(_UNFINISHED)
+        )
+    )
+    if not unfinished:
         return False
+    [fence] = unfinished
     await _clear(db, sid, fence.generation, Operation.COMPLETE_ERASURE, entry_id=fence.erasure_entry)
     return True
 
@@ -102,8 +100,7 @@ async def finish_all(db: Database, *, batch: int) -> int:
         query = select(scopes.c.scope_id).where(scopes.c.erasure.in_(_UNFINISHED))
         if after is not None:
             query = query.where(scopes.c.scope_id > after)
-        async with db.transaction() as conn:
-            found = (await conn.scalars(query.order_by(scopes.c.scope_id).limit(batch))).all()
+        found = [row.scope_id for row in await db.call(query.order_by(scopes.c.scope_id).limit(batch))]
         for sid in found:
             try:
                 await finish(db, sid)
@@ -159,59 +156,57 @@ async def _erase(
     db: Database, sid: uuid.UUID, operation: Operation, *, entry_id: uuid.UUID | None, resume: bool
 ) -> Erased:
     now = clock.now()
-    async with db.transaction() as conn:
-        state = await scope_state(conn, sid, lock=True)
-        if entry_id is not None:
-            refusal = grant_refusal(state)  # an unfinished erasure first, as for a grant
-            held = select(literal(True)).where(entries.c.scope_id == sid, entries.c.entry_id == entry_id)
-            if refusal is None and (state is None or not await conn.scalar(held)):
-                refusal = Reason.NOT_FOUND
-            if refusal is not None:
-                await refuse(conn, operation, refusal, scope_id=sid, at=now)
-        if state is None:  # never consented: nothing to fence or erase
-            await record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
-            return Erased(0, 0)
-        generation = await conn.scalar(
-            update(scopes)
-            .where(scopes.c.scope_id == sid)
-            .values(_fenced_values(now, resume=resume, entry_id=entry_id))
-            .returning(scopes.c.generation)
+    fence = update(scopes).where(scopes.c.scope_id == sid).values(_fenced_values(now, resume=resume, entry_id=entry_id))
+    if entry_id is not None:  # one entry: no unfinished erasure first (as for a grant), and the entry is held
+        fence = fence.where(
+            func.coalesce(scopes.c.erasure, "").not_in(_UNFINISHED),
+            exists().where(entries.c.scope_id == sid, entries.c.entry_id == entry_id),
         )
+    rows = await db.call(fence.returning(scopes.c.generation))  # the fence commits first, in one round trip
+    if not rows:  # refused, or never consented: decided and recorded under the scope lock
+        async with db.transaction() as conn:
+            state = await scope_state(conn, sid, lock=True)
+            if entry_id is not None:
+                refusal = grant_refusal(state)
+                held = select(literal(True)).where(entries.c.scope_id == sid, entries.c.entry_id == entry_id)
+                if refusal is None and (state is None or not await conn.scalar(held)):
+                    refusal = Reason.NOT_FOUND
+                if refusal is not None:
+                    await refuse(conn, operation, refusal, scope_id=sid, at=now)
+            if state is None:  # nothing to fence or erase
+                await record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
+                return Erased(0, 0)
+            rows = (await conn.execute(fence.returning(scopes.c.generation))).all()  # it changed meanwhile
+    generation = rows[0].generation
     return Erased(generation, await _clear(db, sid, generation, operation, entry_id=entry_id))
 
 
 async def _clear(
     db: Database, sid: uuid.UUID, generation: int, operation: Operation, *, entry_id: uuid.UUID | None
 ) -> int:
-    """Delete, verify in a fresh transaction, then settle the fenced scope. Any failure leaves it
-    disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
+    """Delete, verify in a fresh transaction, then settle the fenced scope: three statements, each its own
+    transaction. Any failure leaves it disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
     target = [entries.c.scope_id == sid, _fence_stands(sid, generation)]
     if entry_id is not None:
         target.append(entries.c.entry_id == entry_id)
     try:
-        async with db.transaction() as conn:
-            erased = (await conn.execute(delete(entries).where(*target))).rowcount
-        async with db.transaction() as conn:  # a settled fence counts none: whoever settled it verified
-            remaining = await conn.scalar(select(func.count()).select_from(entries).where(*target))
-        if remaining:
+        erased = len(await db.call(delete(entries).where(*target).returning(entries.c.entry_id)))
+        # a settled fence counts none: whoever settled it verified
+        [remaining] = await db.call(select(func.count()).select_from(entries).where(*target))
+        if remaining.count:
             raise GovernedMemoryError(Reason.ERASURE_FAILED)
         now = clock.now()
-        async with db.transaction() as conn:
-            await conn.execute(
-                update(scopes)
-                .where(scopes.c.scope_id == sid, scopes.c.generation == generation, scopes.c.erasure.in_(_UNFINISHED))
-                .values(enabled=scopes.c.resume, erasure=Erasure.VERIFIED.value, erasure_at=now, updated_at=now)
-            )
-            await record(
-                conn,
-                operation,
-                Result.OK,
-                scope_id=sid,
-                generation=generation,
-                count=erased,
-                entry_id=entry_id,
-                at=now,
-            )
+        settled = (
+            update(scopes)
+            .where(scopes.c.scope_id == sid, scopes.c.generation == generation, scopes.c.erasure.in_(_UNFINISHED))
+            .values(enabled=scopes.c.resume, erasure=Erasure.VERIFIED.value, erasure_at=now, updated_at=now)
+            .returning(scopes.c.scope_id)
+            .cte("settled")
+        )
+        recorded = ledger_row(
+            operation, Result.OK, scope_id=sid, generation=generation, count=erased, entry_id=entry_id, at=now
+        )
+        await db.call(recorded.add_cte(settled))  # the settle and its ledger row: one statement
         return erased
     except Exception:  # whatever failed, the scope stays disabled (R9)
         await _mark_failed(db, sid, generation, operation, entry_id)

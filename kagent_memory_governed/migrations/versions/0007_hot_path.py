@@ -9,8 +9,8 @@ exactly as the multi-statement transactions they replace did; search keeps its o
 snapshot decides the fence and the entries. A refusal is returned, not raised: its ledger row commits
 with the call.
 
-Vectors arrive as one flat ``real[]`` (binary on the wire), ``768`` values a vector, cast server-side.
-No statement is assembled from input: every value is a parameter.
+Vectors arrive as ``vector[]`` in pgvector's binary format (``database.Vectors``). No statement is
+assembled from input: every value is a parameter.
 
 Revision ID: 0007
 Revises: 0006
@@ -41,7 +41,7 @@ $$
 # The top-k live entries for each query vector, fence and entries in one snapshot, and one ledger row.
 SEARCH = """
 CREATE FUNCTION governed_memory.search(
-    p_scope uuid, p_generation bigint, p_now timestamptz, p_queries real[], p_top_k integer,
+    p_scope uuid, p_generation bigint, p_now timestamptz, p_queries vector[], p_top_k integer,
     p_max_distance double precision
 ) RETURNS TABLE (
     refusal text, query integer, entry_id uuid, fact text, created_at timestamptz, expires_at timestamptz,
@@ -55,20 +55,17 @@ BEGIN
     WITH verdict AS (
         SELECT governed_memory.fence(s, p_generation, p_now) AS refusal
         FROM (VALUES (1)) AS one LEFT JOIN governed_memory.scopes AS s ON s.scope_id = p_scope
-    ), queries AS (
-        SELECT n, p_queries[(n - 1) * 768 + 1 : n * 768]::vector(768) AS v
-        FROM generate_series(1, cardinality(p_queries) / 768) AS n
+    ), queries AS MATERIALIZED (
+        SELECT q.n::integer AS n, q.v FROM unnest(p_queries) WITH ORDINALITY AS q(v, n)
+    ), scored AS MATERIALIZED (  -- the scope's live entries read once, each distance computed once
+        SELECT q.n, e.entry_id, e.text, e.created_at, e.expires_at, e.embedding <=> q.v AS distance
+        FROM verdict, queries AS q, governed_memory.entries AS e
+        WHERE verdict.refusal IS NULL AND e.scope_id = p_scope AND e.expires_at > p_now
     ), hits AS (
-        SELECT q.n, h.entry_id, h.text, h.created_at, h.expires_at, h.distance
-        FROM verdict, queries AS q
-        CROSS JOIN LATERAL (
-            SELECT e.entry_id, e.text, e.created_at, e.expires_at, e.embedding <=> q.v AS distance
-            FROM governed_memory.entries AS e
-            WHERE e.scope_id = p_scope AND e.expires_at > p_now AND e.embedding <=> q.v <= p_max_distance
-            ORDER BY e.embedding <=> q.v, e.entry_id
-            LIMIT p_top_k
-        ) AS h
-        WHERE verdict.refusal IS NULL
+        SELECT * FROM (
+            SELECT c.*, row_number() OVER (PARTITION BY c.n ORDER BY c.distance, c.entry_id) AS rank
+            FROM scored AS c WHERE c.distance <= p_max_distance
+        ) AS ranked WHERE ranked.rank <= p_top_k
     ), recorded AS (
         INSERT INTO governed_memory.ledger (at, operation, result, reason, scope_id, generation, count)
         SELECT p_now, 'search', CASE WHEN v.refusal IS NULL THEN 'ok' ELSE 'refused' END, v.refusal, p_scope,
@@ -86,7 +83,7 @@ $$
 # entry as that entry (R36), refuse past the cap (never evict), insert the rest, one ledger row.
 WRITE = """
 CREATE FUNCTION governed_memory.write(
-    p_scope uuid, p_generation bigint, p_now timestamptz, p_facts text[], p_vectors real[], p_cap integer,
+    p_scope uuid, p_generation bigint, p_now timestamptz, p_facts text[], p_vectors vector[], p_cap integer,
     p_lifetime_seconds bigint
 ) RETURNS TABLE (refusal text, fact text, entry_id uuid) LANGUAGE plpgsql AS $$
 #variable_conflict use_column
@@ -118,9 +115,9 @@ BEGIN
         RETURN;
     END IF;
     INSERT INTO governed_memory.entries (scope_id, entry_id, text, embedding, generation, created_at, expires_at)
-    SELECT DISTINCT ON (u.f) p_scope, gen_random_uuid(), u.f, p_vectors[(u.i - 1) * 768 + 1 : u.i * 768]::vector(768),
-        p_generation, p_now, p_now + make_interval(secs => least(p_lifetime_seconds, s.max_expiry_seconds))
-    FROM unnest(p_facts) WITH ORDINALITY AS u(f, i)
+    SELECT DISTINCT ON (u.f) p_scope, gen_random_uuid(), u.f, u.v, p_generation, p_now,
+        p_now + make_interval(secs => least(p_lifetime_seconds, s.max_expiry_seconds))
+    FROM unnest(p_facts, p_vectors) WITH ORDINALITY AS u(f, v, i)
     WHERE NOT EXISTS (
         SELECT FROM governed_memory.entries AS e WHERE e.scope_id = p_scope AND e.expires_at > p_now AND e.text = u.f
     )
@@ -254,8 +251,8 @@ $$
 
 _FUNCTIONS = {
     "fence(governed_memory.scopes, bigint, timestamptz)": FENCE,
-    "search(uuid, bigint, timestamptz, real[], integer, double precision)": SEARCH,
-    "write(uuid, bigint, timestamptz, text[], real[], integer, bigint)": WRITE,
+    "search(uuid, bigint, timestamptz, vector[], integer, double precision)": SEARCH,
+    "write(uuid, bigint, timestamptz, text[], vector[], integer, bigint)": WRITE,
     "admit(uuid, bigint, timestamptz, text, integer, uuid, integer, integer, integer)": ADMIT,
     "record_turn(uuid, bigint, timestamptz, uuid, uuid, boolean)": RECORD_TURN,
     "collect_turns(uuid, bigint, timestamptz, uuid, uuid[])": COLLECT_TURNS,
