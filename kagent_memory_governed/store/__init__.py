@@ -14,9 +14,13 @@ Guarantees, each enforced inside the transaction that does the work:
 - every operation leaves a content-free ledger row.
 Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its only text.
 
+The hot path (admit, write, search, the conversation turns) is one statement each, in one round trip: a
+database function of migration 0007 that fences, does the work and records it in its own transaction.
+An erasure is four such statements (fence, delete, verify, settle), each committed on its own.
+
 ``Store`` is the facade; behind it, one module a concern:
 
-    database       transactions, error mapping, the ledger row, refusing with one
+    database       one-statement calls, transactions, error mapping, the ledger row, refusing with one
     schema_admin   migrate, revision, readiness (alembic)
     consent        grant, status
     admission      cost admission, single-use control tokens
@@ -86,7 +90,8 @@ class Store:
     ) -> Store:
         """A store over ``url`` (``postgresql+asyncpg://``). Connections are opened lazily. Statement
         parameters never appear in logs or exception text, nor do result rows (``redaction``). A pool
-        that stays exhausted, a statement or lock wait past its timeout: ``store_unavailable``."""
+        that stays exhausted, a statement or lock wait past its timeout: ``store_unavailable``. There is
+        no pre-ping: a connection the driver knows is closed is replaced at checkout (``database``)."""
         redaction.install_log_boundary()
         engine = create_async_engine(
             url,
