@@ -6,10 +6,10 @@ Also the pure admission checks over single values (a fact, an embedding) that ev
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
@@ -123,16 +123,19 @@ def admit_fact(text: object, policy: Policy) -> str:
     return fact
 
 
-def admit_embedding(vector: Sequence[float]) -> list[float]:
-    """A 768-dimensional non-zero vector of finite single-precision values (how it is stored) as a list,
-    or ``bad_input``."""
+def admit_embedding(vector: object) -> numpy.ndarray:
+    """A 768-dimensional vector of finite single-precision values, not all zero once stored as such, or
+    ``bad_input``. Returned as the single-precision array that is sent and stored."""
     try:
-        values = [float(x) for x in vector]
-    except (TypeError, ValueError):
+        values = numpy.asarray(vector, dtype=numpy.float64)
+    except (TypeError, ValueError, OverflowError):
         raise GovernedMemoryError(Reason.BAD_INPUT) from None
-    if len(values) != EMBEDDING_DIMENSIONS or not all(abs(x) <= _FLOAT32_MAX for x in values) or not any(values):
+    if values.shape != (EMBEDDING_DIMENSIONS,) or not (numpy.abs(values) <= _FLOAT32_MAX).all():
         raise GovernedMemoryError(Reason.BAD_INPUT)
-    return values
+    stored = values.astype(numpy.float32)
+    if not stored.any():
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    return stored
 
 
 def expiry_seconds(requested: int | None, policy: Policy, consented: int) -> int:
