@@ -21,6 +21,7 @@ An erasure is four such statements (fence, delete, verify, settle), each committ
 ``Store`` is the facade; behind it, one module a concern:
 
     database       one-statement calls, transactions, error mapping, the ledger row, refusing with one
+    functions      the hot path's database function calls, built once
     schema_admin   migrate, revision, readiness (alembic)
     consent        grant, status
     admission      cost admission, single-use control tokens

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from sqlalchemy import BigInteger, DateTime, Integer, Text, bindparam, func, select
-from sqlalchemy.dialects.postgresql import UUID
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from kagent_memory_governed import clock
@@ -26,6 +24,7 @@ from kagent_memory_governed.errors import Operation, Reason
 from kagent_memory_governed.policy import admit_int
 from kagent_memory_governed.schema import replays
 from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.store import functions
 from kagent_memory_governed.store.database import Database, raise_refusal, refuse
 
 
@@ -34,24 +33,18 @@ async def admit(db: Database, key: ScopeKey, generation: int, operation: str, *,
     async with db.checking(operation, scope_id=sid):
         admit_generation(generation)
         admit_int(units, low=0, high=db.policy.entry_cap)
-    policy = db.policy
-    raise_refusal(
-        await db.call(
-            select(
-                func.governed_memory.admit(
-                    bindparam("scope", sid, type_=UUID),
-                    bindparam("generation", generation, type_=BigInteger),
-                    bindparam("now", clock.now(), type_=DateTime(timezone=True)),
-                    bindparam("operation", str(operation), type_=Text),
-                    bindparam("units", units, type_=Integer),
-                    bindparam("bucket", key.sender_agent_id if explicit else None, type_=UUID),
-                    bindparam("burst", policy.explicit_burst, type_=Integer),
-                    bindparam("per_minute", policy.explicit_ops_per_minute, type_=Integer),
-                    bindparam("per_hour", policy.scope_ops_per_hour, type_=Integer),
-                ).label("refusal")
-            )
-        )
-    )
+    parameters = {
+        "scope": sid,
+        "generation": generation,
+        "now": clock.now(),
+        "operation": str(operation),
+        "units": units,
+        "bucket": key.sender_agent_id if explicit else None,
+        "burst": db.policy.explicit_burst,
+        "per_minute": db.policy.explicit_ops_per_minute,
+        "per_hour": db.policy.scope_ops_per_hour,
+    }
+    raise_refusal(await db.call(functions.ADMIT, parameters))
 
 
 async def claim_once(db: Database, jti: str, valid_until: datetime) -> None:

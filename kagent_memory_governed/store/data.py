@@ -9,8 +9,7 @@ import uuid
 from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import BigInteger, DateTime, Double, Integer, Text, bindparam, func, select, tuple_
-from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy import select, tuple_
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import admit_generation, grant_refusal
@@ -18,7 +17,8 @@ from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import entries
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store.database import Database, Vectors, raise_refusal, record, refuse, scope_state
+from kagent_memory_governed.store import functions
+from kagent_memory_governed.store.database import Database, raise_refusal, record, refuse, scope_state
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
 
 
@@ -33,16 +33,16 @@ async def write(
         admitted = [(admit_fact(f.text, db.policy), admit_embedding(f.embedding)) for f in facts]
         # the policy's bound; the function lowers it to what the scope's consent allows
         lifetime = expiry_seconds(expires_in, db.policy, db.policy.max_expiry_seconds)
-    call = func.governed_memory.write(
-        bindparam("scope", sid, type_=UUID),
-        bindparam("generation", generation, type_=BigInteger),
-        bindparam("now", clock.now(), type_=DateTime(timezone=True)),
-        bindparam("facts", [fact for fact, _ in admitted], type_=ARRAY(Text)),
-        bindparam("vectors", [vector for _, vector in admitted], type_=Vectors()),
-        bindparam("cap", db.policy.entry_cap, type_=Integer),
-        bindparam("lifetime", lifetime, type_=BigInteger),
-    ).table_valued("refusal", "fact", "entry_id")
-    rows = await db.call(select(call.c.refusal, call.c.fact, call.c.entry_id))
+    parameters = {
+        "scope": sid,
+        "generation": generation,
+        "now": clock.now(),
+        "facts": [fact for fact, _ in admitted],
+        "vectors": [vector for _, vector in admitted],
+        "cap": db.policy.entry_cap,
+        "lifetime": lifetime,
+    }
+    rows = await db.call(functions.WRITE, parameters)
     raise_refusal(rows)
     stored = {row.fact: row.entry_id for row in rows}
     return [stored[fact] for fact, _ in admitted]
@@ -65,15 +65,15 @@ async def search(
         admit_int(top_k, low=1, high=db.policy.entry_cap)
         if not -1.0 <= float(min_score) <= 1.0:
             raise GovernedMemoryError(Reason.BAD_INPUT)
-    call = func.governed_memory.search(
-        bindparam("scope", sid, type_=UUID),
-        bindparam("generation", generation, type_=BigInteger),
-        bindparam("now", clock.now(), type_=DateTime(timezone=True)),
-        bindparam("queries", queries, type_=Vectors()),
-        bindparam("top_k", top_k, type_=Integer),
-        bindparam("max_distance", 1.0 - float(min_score), type_=Double),
-    ).table_valued("refusal", "query", "entry_id", "fact", "created_at", "expires_at", "distance")
-    rows = await db.call(select(call))
+    parameters = {
+        "scope": sid,
+        "generation": generation,
+        "now": clock.now(),
+        "queries": queries,
+        "top_k": top_k,
+        "max_distance": 1.0 - float(min_score),
+    }
+    rows = await db.call(functions.SEARCH, parameters)
     raise_refusal(rows)
     found: list[list[Hit]] = [[] for _ in queries]
     for r in rows:

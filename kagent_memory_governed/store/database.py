@@ -130,11 +130,11 @@ class Database:
     engine: AsyncEngine  # autocommit: a statement outside ``transaction`` is a transaction of its own
     policy: Policy
 
-    async def call(self, statement: Executable) -> list[Row]:
+    async def call(self, statement: Executable, parameters: dict[str, object] | None = None) -> list[Row]:
         """One statement in a transaction of its own: one round trip. Its rows; failures as in ``transaction``."""
         try:
             async with self.engine.connect() as conn:
-                result = await conn.execute(statement)
+                result = await conn.execute(statement, parameters)
                 return list(result.all()) if result.returns_rows else []
         except IntegrityError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None

@@ -1,0 +1,57 @@
+"""The hot path's database functions (migration 0007) as statements built once, at import: each is a call
+whose every value is a bound parameter, executed with ``Database.call(statement, parameters)``. The
+parameter names and types here are the functions' signatures as the store uses them."""
+
+from __future__ import annotations
+
+from sqlalchemy import BigInteger, Boolean, DateTime, Double, Integer, Select, Text, bindparam, func, select
+from sqlalchemy.dialects.postgresql import ARRAY, UUID
+from sqlalchemy.types import TypeEngine
+
+from kagent_memory_governed.store.database import Vectors
+
+_SCOPE = {"scope": UUID(), "generation": BigInteger(), "now": DateTime(timezone=True)}
+
+
+def _call(name: str, parameters: dict[str, TypeEngine], columns: tuple[str, ...]) -> Select:
+    """``SELECT <columns> FROM governed_memory.<name>(:parameters...)``; a scalar function has one column."""
+    call = getattr(func.governed_memory, name)(*(bindparam(key, type_=kind) for key, kind in parameters.items()))
+    if len(columns) == 1:
+        return select(call.label(columns[0]))
+    table = call.table_valued(*columns)
+    return select(*(table.c[column] for column in columns))
+
+
+SEARCH = _call(
+    "search",
+    _SCOPE | {"queries": Vectors(), "top_k": Integer(), "max_distance": Double()},
+    ("refusal", "query", "entry_id", "fact", "created_at", "expires_at", "distance"),
+)
+WRITE = _call(
+    "write",
+    _SCOPE | {"facts": ARRAY(Text), "vectors": Vectors(), "cap": Integer(), "lifetime": BigInteger()},
+    ("refusal", "fact", "entry_id"),
+)
+ADMIT = _call(
+    "admit",
+    _SCOPE
+    | {
+        "operation": Text(),
+        "units": Integer(),
+        "bucket": UUID(),
+        "burst": Integer(),
+        "per_minute": Integer(),
+        "per_hour": Integer(),
+    },
+    ("refusal",),
+)
+RECORD_TURN = _call(
+    "record_turn",
+    _SCOPE | {"session": UUID(), "invocation": UUID(), "recalled": Boolean()},
+    ("refusal", "waiting"),
+)
+COLLECT_TURNS = _call(
+    "collect_turns",
+    _SCOPE | {"session": UUID(), "candidates": ARRAY(UUID)},
+    ("refusal", "invocation_ref", "recalled"),
+)
