@@ -89,7 +89,6 @@ entries = Table(
     CheckConstraint(
         "expires_at > created_at AND expires_at <= created_at + interval '7 days'", name="entries_expiry_ceiling"
     ),
-    Index("entries_page_order", "scope_id", "created_at", "entry_id"),
     Index("entries_by_expiry", "expires_at"),
 )
 
