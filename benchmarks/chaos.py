@@ -8,8 +8,9 @@ data directory. A killer strikes at random points of their progress, while state
 - ``postmaster``: SIGKILL of the postmaster, then a restart on the same data directory;
 - ``backend``: SIGKILL of random client backends (the server ends every backend and recovers);
 - ``terminate``: ``pg_terminate_backend`` of random client backends;
-- ``targeted``: one of those fired from inside the erasure path or a write: inside the fence,
-  between fence and delete, between delete and verify, between verify and settle, or at an insert.
+- ``targeted``: one of those fired from inside the erasure path or a write: inside the fence, between
+  fence and delete (the delete, verification and settle are one procedure call, which the other kinds
+  strike inside), or during a write.
 
 After every strike the workers pause and the database is checked:
 
@@ -70,14 +71,7 @@ BACKENDS = (
 # where a targeted strike lands: the statement it precedes
 TARGETS = {
     "UPDATE governed_memory.scopes SET enabled=$1::BOOLEAN, generation=": "inside the fence",
-    "DELETE FROM governed_memory.entries WHERE governed_memory.entries.scope_id = $1::UUID AND (EXISTS": (
-        "between fence and delete"
-    ),
-    "SELECT count(*) AS count_1 \nFROM governed_memory.entries \nWHERE governed_memory.entries.scope_id = $1::UUID"
-    " AND (EXISTS": "between delete and verify",
-    "WITH settled AS \n(UPDATE governed_memory.scopes SET enabled=governed_memory.scopes.resume": (
-        "between verify and settle"
-    ),
+    "CALL governed_memory.clear(": "between fence and delete",  # and, struck late, inside the call
     "SELECT anon_1.refusal, anon_1.fact, anon_1.entry_id \nFROM governed_memory.write(": "during a write",
 }
 OPERATIONS = {

@@ -155,31 +155,30 @@ async def test_a_delete_that_silently_keeps_rows_fails_verification(
     assert await _rows(sql, key) == set()
 
 
-async def test_a_connection_killed_between_delete_and_verify_fails_closed(
+async def test_a_connection_killed_after_the_delete_committed_fails_closed(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
 ):
+    """The backend ends itself as the settle records its ledger row: the delete had committed, the
+    verification ran, the settle is lost with the connection."""
     await _consented(store, key, "a", "b", "c")
-    killed = []
-
-    def kill_before_verify(conn, cursor, statement, parameters, context, executemany):
-        if not killed and statement.startswith("SELECT count(*)") and "expires_at" not in statement:
-            killed.append(True)
-            cursor.execute("SELECT pg_terminate_backend(pg_backend_pid())")
-
-    engine = store._engine.sync_engine  # fault injection only: tests reach the engine, package code never does
-    event.listen(engine, "before_cursor_execute", kill_before_verify)
+    await sql.execute(
+        "CREATE FUNCTION governed_memory.fault() RETURNS trigger LANGUAGE plpgsql"
+        " AS $$ BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NULL; END $$;"
+        "CREATE TRIGGER fault AFTER INSERT ON governed_memory.ledger FOR EACH ROW"
+        " WHEN (NEW.operation = 'off' AND NEW.result = 'ok') EXECUTE FUNCTION governed_memory.fault()"
+    )
     try:
         assert await refusal(store.off(key)) is Reason.ERASURE_FAILED
     finally:
-        event.remove(engine, "before_cursor_execute", kill_before_verify)
-    assert killed
+        await sql.execute("DROP TRIGGER fault ON governed_memory.ledger; DROP FUNCTION governed_memory.fault()")
+    assert await _rows(sql, key) == set()  # the delete had committed
     outcome = await sql.fetch(
         "SELECT operation, result FROM governed_memory.ledger WHERE scope_id=$1 AND operation <> 'write'"
         " ORDER BY ledger_id",
         key.scope_id,
     )
     assert [tuple(row) for row in outcome] == [("grant", "ok"), ("off", "failed")]
-    # the delete had committed; the scope's next operation verifies and settles it, still disabled (off)
+    # the scope's next operation verifies and settles it, still disabled (off)
     status = await store.status(key)
     assert (status.enabled, status.entries, status.last_erasure.result) == (False, 0, Erasure.VERIFIED)
     completed = "SELECT count(*) FROM governed_memory.ledger WHERE scope_id=$1 AND operation=$2 AND result='ok'"
@@ -202,12 +201,12 @@ async def test_a_failed_forget_one_is_recovered_by_forget_all_and_consent_resume
 
 @pytest.fixture
 def crash_at_delete(store: Store):
-    """The process stops right after an erasure's fence committed: the task is cancelled at its DELETE, so
-    no failure is recorded either (the scope stays ``pending``, as after a crash)."""
+    """The process stops right after an erasure's fence committed: the task is cancelled as it calls the
+    delete, so no failure is recorded either (the scope stays ``pending``, as after a crash)."""
     engine = store._engine.sync_engine  # fault injection only: tests reach the engine, package code never does
 
     def crash(conn, cursor, statement, parameters, context, executemany):
-        if statement.startswith("DELETE FROM governed_memory.entries"):
+        if statement.startswith("CALL governed_memory.clear"):
             raise asyncio.CancelledError
 
     event.listen(engine, "before_cursor_execute", crash)

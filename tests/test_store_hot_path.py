@@ -62,13 +62,13 @@ async def test_each_data_plane_operation_is_one_statement_without_a_transaction_
     assert len(wire) == 1
 
 
-async def test_an_erasure_is_four_statements_each_its_own_transaction(store: Store, key: ScopeKey, wire: list[str]):
+async def test_an_erasure_is_the_fence_then_one_call(store: Store, key: ScopeKey, wire: list[str]):
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     await store.write(key, generation, facts(*[f"fact {n}" for n in range(100)]))
     wire.clear()
     assert (await store.off(key)).erased == 100
     kinds = [text.split(None, 1)[0] for text in wire]
-    assert kinds == ["UPDATE", "DELETE", "SELECT", "WITH"]  # fence, delete, verify, settle with its ledger row
+    assert kinds == ["UPDATE", "CALL"]  # the fence; then delete, commit, verify, settle with its ledger row
 
 
 async def test_writers_that_waited_for_the_scope_lock_count_what_the_first_committed(

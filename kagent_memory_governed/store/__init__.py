@@ -16,7 +16,8 @@ Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its 
 
 The hot path (admit, write, search, the conversation turns) is one statement each, in one round trip: a
 database function of migration 0007 that fences, does the work and records it in its own transaction.
-An erasure is four such statements (fence, delete, verify, settle), each committed on its own.
+An erasure is two: the fence's statement, then one call of a procedure that deletes, commits, verifies in a
+fresh transaction and settles.
 
 ``Store`` is the facade; behind it, one module a concern:
 

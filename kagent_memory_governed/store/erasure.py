@@ -2,8 +2,10 @@
 
 Every erasure first fences in a transaction of its own (disable the scope, advance its generation, record
 what it erases), so work admitted before it cannot write again; then deletes; then verifies in a fresh
-transaction; then settles the scope. A failure anywhere leaves the scope disabled, ``erasure = failed``,
-with a content-free ledger row, and raises ``erasure_failed``.
+transaction; then settles the scope. That is two round trips: the fence's statement, then one call of the
+procedure ``governed_memory.clear`` (migration 0007), which commits the delete before it verifies. A failure
+anywhere leaves the scope disabled, ``erasure = failed``, with a content-free ledger row, and raises
+``erasure_failed``.
 
 An erasure interrupted after its fence (a crash, a lost connection, a failed delete or verification) is
 completed by ``finish``: the same delete, verify and settle under the generation and target its fence
@@ -20,14 +22,15 @@ from contextlib import suppress
 from datetime import datetime
 from typing import TypeVar
 
-from sqlalchemy import ColumnElement, case, delete, exists, func, literal, select, update
+from sqlalchemy import case, exists, func, literal, select, update
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
-from kagent_memory_governed.store.database import Database, ledger_row, record, refuse, scope_state
+from kagent_memory_governed.store import functions
+from kagent_memory_governed.store.database import Database, record, refuse, scope_state
 from kagent_memory_governed.store.values import Erased, Offboarded
 
 T = TypeVar("T")
@@ -140,18 +143,6 @@ def _fenced_values(now: datetime, *, resume: bool, entry_id: uuid.UUID | None) -
     }
 
 
-def _fence_stands(sid: uuid.UUID, generation: int) -> ColumnElement[bool]:
-    """The erasure fenced at ``generation`` may still delete: its scope is unfinished at that generation,
-    or at a later one that erases every entry (forgetting one entry is refused while an erasure is
-    unfinished, so a later fence always covers an earlier target). Once the scope is settled, its entries
-    may have been written under a new grant, and no earlier erasure may touch them."""
-    return exists().where(
-        scopes.c.scope_id == sid,
-        scopes.c.erasure.in_(_UNFINISHED),
-        (scopes.c.generation == generation) | scopes.c.erasure_entry.is_(None),
-    )
-
-
 async def _erase(
     db: Database, sid: uuid.UUID, operation: Operation, *, entry_id: uuid.UUID | None, resume: bool
 ) -> Erased:
@@ -184,30 +175,15 @@ async def _erase(
 async def _clear(
     db: Database, sid: uuid.UUID, generation: int, operation: Operation, *, entry_id: uuid.UUID | None
 ) -> int:
-    """Delete, verify in a fresh transaction, then settle the fenced scope: three statements, each its own
-    transaction. Any failure leaves it disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
-    target = [entries.c.scope_id == sid, _fence_stands(sid, generation)]
-    if entry_id is not None:
-        target.append(entries.c.entry_id == entry_id)
+    """Delete, verify in a fresh transaction, then settle the fenced scope: one call of the procedure
+    ``governed_memory.clear``, which commits between those steps and deletes only while this erasure's fence
+    stands. Any failure leaves the scope disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
+    parameters = {"scope": sid, "generation": generation, "operation": str(operation), "entry": entry_id}
     try:
-        erased = len(await db.call(delete(entries).where(*target).returning(entries.c.entry_id)))
-        # a settled fence counts none: whoever settled it verified
-        [remaining] = await db.call(select(func.count()).select_from(entries).where(*target))
-        if remaining.count:
+        [outcome] = await db.call(functions.CLEAR, parameters | {"now": clock.now()})
+        if outcome.remaining:  # a settled fence counts none: whoever settled it verified
             raise GovernedMemoryError(Reason.ERASURE_FAILED)
-        now = clock.now()
-        settled = (
-            update(scopes)
-            .where(scopes.c.scope_id == sid, scopes.c.generation == generation, scopes.c.erasure.in_(_UNFINISHED))
-            .values(enabled=scopes.c.resume, erasure=Erasure.VERIFIED.value, erasure_at=now, updated_at=now)
-            .returning(scopes.c.scope_id)
-            .cte("settled")
-        )
-        recorded = ledger_row(
-            operation, Result.OK, scope_id=sid, generation=generation, count=erased, entry_id=entry_id, at=now
-        )
-        await db.call(recorded.add_cte(settled))  # the settle and its ledger row: one statement
-        return erased
+        return outcome.erased
     except Exception:  # whatever failed, the scope stays disabled (R9)
         await _mark_failed(db, sid, generation, operation, entry_id)
         raise GovernedMemoryError(Reason.ERASURE_FAILED) from None

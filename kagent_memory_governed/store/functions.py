@@ -1,10 +1,10 @@
-"""The hot path's database functions (migration 0007) as statements built once, at import: each is a call
+"""The hot path's database functions and procedure (migration 0007) as statements built once, at import: each is a call
 whose every value is a bound parameter, executed with ``Database.call(statement, parameters)``. The
 parameter names and types here are the functions' signatures as the store uses them."""
 
 from __future__ import annotations
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Double, Integer, Select, Text, bindparam, func, select
+from sqlalchemy import BigInteger, Boolean, DateTime, Double, Integer, Select, Text, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.types import TypeEngine
 
@@ -55,3 +55,10 @@ COLLECT_TURNS = _call(
     _SCOPE | {"session": UUID(), "candidates": ARRAY(UUID)},
     ("refusal", "invocation_ref", "recalled"),
 )
+CLEAR = text("CALL governed_memory.clear(:scope, :generation, :operation, :entry, :now, NULL, NULL)").bindparams(
+    bindparam("scope", type_=UUID()),
+    bindparam("generation", type_=BigInteger()),
+    bindparam("operation", type_=Text()),
+    bindparam("entry", type_=UUID()),
+    bindparam("now", type_=DateTime(timezone=True)),
+)  # a procedure: it commits between its steps, so it is called outside any transaction; answers (erased, remaining)
