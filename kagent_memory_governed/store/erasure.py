@@ -168,6 +168,8 @@ async def _erase(
                 await record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
                 return Erased(0, 0)
             rows = (await conn.execute(fence.returning(scopes.c.generation))).all()  # it changed meanwhile
+            if not rows:  # the entry went meanwhile (swept once expired): nothing of this scope's to fence
+                await refuse(conn, operation, Reason.NOT_FOUND, scope_id=sid, at=now)
     generation = rows[0].generation
     return Erased(generation, await _clear(db, sid, generation, operation, entry_id=entry_id))
 
