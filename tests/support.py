@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import atexit
+import importlib.util
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ import tempfile
 import time
 from collections.abc import Awaitable
 from pathlib import Path
+from types import ModuleType
 
 import httpx
 import pytest
@@ -110,3 +112,15 @@ def wait_for_health(server: subprocess.Popen, url: str) -> httpx.Response | None
         except httpx.TransportError:
             time.sleep(0.2)  # waiting for a real server to listen; no clock-dependent behaviour is tested
     return None
+
+
+def benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` as a module, loaded once (dataclasses resolve annotations through sys.modules)."""
+    module_name = f"benchmarks_{name}"
+    if module_name not in sys.modules:
+        path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+        spec = importlib.util.spec_from_file_location(module_name, path)
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[module_name] = module
+        spec.loader.exec_module(module)
+    return sys.modules[module_name]

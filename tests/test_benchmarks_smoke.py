@@ -7,28 +7,14 @@ and leaves no baseline schema behind. No assertion is about speed.
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import asyncpg
-
-_BENCHMARK = Path(__file__).resolve().parent.parent / "benchmarks" / "storage.py"
-
-
-def _storage_benchmark():
-    name = "benchmarks_storage"
-    if name not in sys.modules:  # dataclasses resolve annotations through sys.modules
-        spec = importlib.util.spec_from_file_location(name, _BENCHMARK)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+from support import benchmark
 
 
 async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str) -> None:
-    storage = _storage_benchmark()
+    storage = benchmark("storage")
 
     result = await storage.run(database_url, scopes=5, entries=20, queries=10)
 

@@ -4,27 +4,11 @@ the store, interrupted erasures are completed, and no log record of any logger c
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-from support import private_directory
-
-_HARNESS = Path(__file__).resolve().parent.parent / "benchmarks" / "chaos.py"
-
-
-def _chaos():
-    name = "benchmarks_chaos"
-    if name not in sys.modules:  # dataclasses resolve annotations through sys.modules
-        spec = importlib.util.spec_from_file_location(name, _HARNESS)
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[name] = module
-        spec.loader.exec_module(module)
-    return sys.modules[name]
+from support import benchmark, private_directory
 
 
 async def test_a_short_chaos_run_keeps_every_invariant():
-    result = await _chaos().run(private_directory("chaos") / "pg", seconds=35, workers=10, scopes=8, seed=20)
+    result = await benchmark("chaos").run(private_directory("chaos") / "pg", seconds=35, workers=10, scopes=8, seed=20)
     assert result["violations"] == 0, (result["violation_kinds"], result["escape_kinds"], result["sentinel_in_logs"])
     events = result["events"]
     assert {"postmaster", "backend", "terminate"} <= events.keys()  # and targeted strikes, mid-erasure:

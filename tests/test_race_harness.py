@@ -2,12 +2,9 @@
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
+from support import benchmark
 
-spec = importlib.util.spec_from_file_location("race", Path(__file__).parent.parent / "benchmarks" / "race.py")
-race = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(race)
+race = benchmark("race")
 
 
 async def test_a_small_race_run_keeps_every_invariant(database_url: str, store):

@@ -22,7 +22,7 @@ import asyncpg
 import numpy
 from pgvector import Vector
 from pgvector.asyncpg import register_vector
-from sqlalchemy import Executable, Insert, Row, event, insert, select, text
+from sqlalchemy import Executable, Row, event, insert, select, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -174,7 +174,8 @@ class Database:
                 await refuse(conn, operation, refused.reason, scope_id=scope_id)
 
 
-def ledger_row(
+async def record(
+    conn: AsyncConnection,
     operation: str,
     result: Result,
     *,
@@ -184,23 +185,20 @@ def ledger_row(
     count: int | None = None,
     entry_id: uuid.UUID | None = None,
     at: datetime | None = None,
-) -> Insert:
+) -> None:
     """The content-free ledger row of an operation: codes, counts and opaque ids, never content."""
-    return insert(ledger).values(
-        at=at or clock.now(),
-        operation=operation,
-        result=result,
-        reason=reason.value if reason else None,
-        scope_id=scope_id,
-        generation=generation,
-        count=count,
-        entry_id=entry_id,
+    await conn.execute(
+        insert(ledger).values(
+            at=at or clock.now(),
+            operation=operation,
+            result=result,
+            reason=reason.value if reason else None,
+            scope_id=scope_id,
+            generation=generation,
+            count=count,
+            entry_id=entry_id,
+        )
     )
-
-
-async def record(conn: AsyncConnection, operation: str, result: Result, **row) -> None:
-    """Write ``ledger_row(operation, result, **row)`` in the transaction of ``conn``."""
-    await conn.execute(ledger_row(operation, result, **row))
 
 
 async def refuse(
