@@ -2,10 +2,16 @@
 
 kagent persists every event of a run to its controller (session events, A2A task history) and sends the
 session back to the model on later turns. So a recall never becomes an event: ``load_memory`` answers a
-content-free placeholder (``{"recalled": 2, "reference": ...}``) and the recalled entries are kept for the running
-invocation only, in a ``ContextVar`` that dies with it; ``RecallBoundary`` puts them into the outgoing
-model request of that invocation and nowhere else. A model failure inside memory work keeps its reason
-code and loses the provider's text, which can quote the prompt and the facts in it.
+content-free placeholder (``{"result": "Recalled 2 memories for that turn only ...", "reference": ...}``) and
+the recalled entries are kept for the running invocation only, in a ``ContextVar`` that dies with it;
+``RecallBoundary`` puts them into the outgoing model request of that invocation and nowhere else.
+
+Both are ``{"result": <text>}``, the form google-adk gives a tool's string answer: every model adapter kagent
+ships (OpenAI chat and Responses, Azure, Anthropic, Ollama, Bedrock, SAP AI Core, Gemini) turns ``result``
+into the tool message's text; other keys of a function response reach some providers as ``""``.
+
+A model failure inside memory work becomes the reason code ``model_failed``, whether the adapter answered
+an error response or raised: the provider's text can quote the prompt and the facts in it.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from kagent_memory_governed.adk.request import current
 from kagent_memory_governed.errors import Reason
 
 PLUGIN_NAME = "governed_memory_boundary"
+MODEL_ERROR_CODE = "API_ERROR"  # what kagent's own adapters answer for a provider failure
 
 
 @dataclass
@@ -39,17 +46,31 @@ class Recall:
 _recall: ContextVar[Recall | None] = ContextVar("governed_memory_recall", default=None)
 
 
-def keep(result: dict[str, Any], count: int) -> dict[str, Any]:
-    """Keep ``result`` for this invocation's model requests; returns what the event may hold instead: the
-    count and a random reference (ADK strips call ids from model requests, so the placeholder names itself).
-    Outside a governed run, where there is no invocation to keep it for, the model gets the count only."""
+def model_failed() -> LlmResponse:
+    """The model answer inside memory work when the provider failed: the reason code, no provider text."""
+    return LlmResponse(error_code=MODEL_ERROR_CODE, error_message=Reason.MODEL_FAILED.value)
+
+
+def placeholder(count: int) -> str:
+    """What a later turn of the conversation reads where ``count`` memories were recalled."""
+    return (
+        f"Recalled {count} memories for that turn only; memory is not kept in the conversation "
+        "(call load_memory again if it is needed)."
+    )
+
+
+def keep(result: str, count: int) -> dict[str, Any]:
+    """Keep the tool answer ``result`` for this invocation's model requests; returns what the event may hold
+    instead: a placeholder text and a random reference (ADK strips call ids from model requests, so the
+    placeholder names itself). Outside a governed run, where there is no invocation to keep it for, the
+    model gets the placeholder only."""
     reference = f"recall-{uuid.uuid4().hex}"
     recall = _recall.get()
     if recall is not None:
-        recall.results[reference] = result
+        recall.results[reference] = {"result": result}
     if count:
         note_hit()
-    return {"recalled": count, "reference": reference}
+    return {"result": placeholder(count), "reference": reference}
 
 
 def note_hit() -> None:
@@ -114,6 +135,12 @@ class RecallBoundary(BasePlugin):
     ) -> LlmResponse | None:
         restore(llm_request)
         return None
+
+    async def on_model_error_callback(
+        self, *, callback_context: CallbackContext, llm_request: LlmRequest, error: Exception
+    ) -> LlmResponse | None:
+        # Some adapters raise (google-adk's Anthropic and Gemini); kagent's executor would publish str(error)
+        return model_failed() if current() is not None else None
 
     async def on_event_callback(self, *, invocation_context: InvocationContext, event: Event) -> Event | None:
         if event.error_message and current() is not None:

@@ -54,8 +54,9 @@ def subqueries(message: str, policy: Policy) -> list[str]:
     return list(dict.fromkeys(q for q in clipped if q.strip()))[: policy.prefetch_max_subqueries]
 
 
-def summary_request(conversation: str, policy: Policy) -> LlmRequest:
-    """Ask the agent's own model for at most ``autosave_max_facts`` durable facts as a JSON list."""
+def summary_request(conversation: str, policy: Policy, model: str) -> LlmRequest:
+    """Ask the agent's own ``model`` for at most ``autosave_max_facts`` durable facts as a JSON list (some
+    adapters, google-adk's Gemini among them, send the request's model name and not their own)."""
     prompt = (
         "From the conversation below, extract durable facts about the user that would help in future "
         f"conversations: preferences, circumstances, decisions. At most {policy.autosave_max_facts} facts, "
@@ -63,7 +64,7 @@ def summary_request(conversation: str, policy: Policy) -> LlmRequest:
         "and nothing else; answer [] if there is nothing worth keeping.\n\n"
         f"Conversation:\n{conversation}\n\n{SUMMARY_MARKER}"
     )
-    return LlmRequest(contents=[types.Content(role="user", parts=[types.Part(text=prompt)])])
+    return LlmRequest(model=model, contents=[types.Content(role="user", parts=[types.Part(text=prompt)])])
 
 
 def facts_from_summary(output: str, policy: Policy) -> tuple[list[str], int]:

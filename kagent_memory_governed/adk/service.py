@@ -199,15 +199,15 @@ class GovernedMemoryService(BaseMemoryService):
             raise
 
     async def _summarize(self, model: BaseLlm, tail: str) -> str:
-        request = conversation.summary_request(tail, self.policy)
+        request = conversation.summary_request(tail, self.policy, model.model)
+        parts: list[str] = []
         try:
-            parts = [
-                part.text
-                async for response in model.generate_content_async(request, stream=False)
-                if response.content and response.content.parts
-                for part in response.content.parts
-                if part.text
-            ]
+            async for response in model.generate_content_async(request, stream=False):
+                if response.error_code and not (response.content and response.content.parts):
+                    raise GovernedMemoryError(Reason.MODEL_FAILED)  # kagent's adapters answer errors, not raise
+                parts += [
+                    part.text for part in (response.content.parts if response.content else None) or [] if part.text
+                ]
         except Exception:
             metering.count(Operation.SUMMARIZE, Result.FAILED, Reason.MODEL_FAILED)
             raise GovernedMemoryError(Reason.MODEL_FAILED) from None

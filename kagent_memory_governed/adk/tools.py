@@ -7,10 +7,12 @@ anything the model says (R34); without one every tool answers a reason code and 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.agents.callback_context import CallbackContext
+from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.models import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 from kagent.adk.tools.memory_tools import LoadMemoryTool, SaveMemoryTool
@@ -64,6 +66,9 @@ class GovernedLoadMemoryTool(LoadMemoryTool):
     """``load_memory``: searches the request's consented scope, or answers a reason code."""
 
     async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> str | dict[str, Any]:
+        """Upstream's answer, a JSON text ``{"memories": [...]}`` of ``SearchMemoryResponse``, for this
+        invocation's model requests; the kept event holds a placeholder (``boundary.keep``). No hits answer
+        ``{"memories": []}`` (upstream: ``{}``), which needs no keeping."""
         service, scope = _service(tool_context), current()
         if service is None or scope is None:
             return refusal(Reason.NO_ASSERTION)
@@ -75,9 +80,12 @@ class GovernedLoadMemoryTool(LoadMemoryTool):
             entries = await service.search(scope, [query], Operation.LOAD)
         except GovernedMemoryError as refused:
             return refusal(refused.reason)
-        memories = [{"id": e.id, "text": e.content.parts[0].text} for e in entries]
-        # the event kagent persists holds a count; the model request of this invocation gets the entries
-        return boundary.keep({"memories": memories}, len(memories))
+        if not entries:
+            return json.dumps({"memories": []})
+        found = SearchMemoryResponse(memories=entries).model_dump(mode="json", exclude_none=True)
+        for memory in found["memories"]:
+            memory.pop("custom_metadata", None)  # always empty here; upstream leaves empty values out
+        return boundary.keep(json.dumps(found), len(entries))
 
 
 class GovernedPrefetchMemoryTool(PrefetchMemoryTool):
