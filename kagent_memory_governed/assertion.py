@@ -19,6 +19,7 @@ import base64
 import binascii
 import json
 import re
+import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
@@ -95,7 +96,8 @@ class Trust:
 @dataclass(frozen=True, slots=True)
 class Assertion:
     """A verified assertion. ``key`` is ``None`` for offboarding tokens, ``generation`` for control and
-    offboarding tokens, and ``op`` (the operation the token names) for scope headers."""
+    offboarding tokens, and ``op`` (the operation the token names) for scope headers. ``entry`` is the one
+    entry a ``forget`` token was minted for, when it names one."""
 
     principal: Principal
     key: ScopeKey | None
@@ -103,6 +105,7 @@ class Assertion:
     op: Operation | None
     jti: str
     expires_at: datetime
+    entry: uuid.UUID | None = None
 
 
 def _b64(part: str) -> bytes:
@@ -126,9 +129,13 @@ def _unique_members(pairs: list[tuple[str, object]]) -> dict[str, object]:
     return members
 
 
+def _no_constant(name: str) -> object:
+    raise _bad()  # NaN and the infinities are not JSON, in any claim
+
+
 def _json_object(raw: bytes) -> dict[str, object]:
     try:
-        value = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_members)
+        value = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_members, parse_constant=_no_constant)
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError):
         raise _bad() from None
     if not isinstance(value, dict):
@@ -178,7 +185,9 @@ def verify(
     - ``"offboard"``: ``aud`` is ``<namespace>/<name>#offboard``; names a principal only (no room or scope).
 
     A control or offboarding token is accepted for the operation ``op`` only: its ``op`` claim must equal it.
-    Whether it has been used before is the caller's question (``Operation.single_use``, ``Store.claim_once``).
+    A ``forget`` token may carry ``entry``, an entry id in its canonical form, binding it to that entry (the
+    caller compares, ``Assertion.entry``); any other token carrying ``entry`` is refused. Whether a token has
+    been used before is the caller's question (``Operation.single_use``, ``Store.claim_once``).
     """
     if (op is None) != (purpose == "scope"):
         raise TypeError("verify: a control or offboard purpose needs its operation, a scope header none")
@@ -222,4 +231,18 @@ def verify(
             generation = admit_generation(claims["gen"]) if purpose == "scope" else None
         except GovernedMemoryError:
             raise _bad() from None
-    return Assertion(principal, key, generation, op, jti, datetime.fromtimestamp(expires, UTC))
+    entry = _entry(claims["entry"], op) if "entry" in claims else None
+    return Assertion(principal, key, generation, op, jti, datetime.fromtimestamp(expires, UTC), entry)
+
+
+def _entry(value: object, op: Operation | None) -> uuid.UUID:
+    """The entry a ``forget`` token is bound to: a UUID in the canonical lower-case form the API answers."""
+    if op is not Operation.FORGET or not isinstance(value, str):
+        raise _bad()
+    try:
+        entry = uuid.UUID(value)
+    except ValueError:
+        raise _bad() from None
+    if str(entry) != value:
+        raise _bad()
+    return entry

@@ -69,11 +69,13 @@ class ScopeSigner:
         """The ``X-Memory-Scope`` header of one A2A request, under consent ``generation``."""
         return self._sign(self.agent, self._room_claims(subject) | {"gen": generation})
 
-    def control(self, subject: Subject, op: Op) -> str:
-        """A control token for one call of ``op`` on the subject's scope (``offboard``: all of their scopes)."""
+    def control(self, subject: Subject, op: Op, *, entry: uuid.UUID | None = None) -> str:
+        """A control token for one call of ``op`` on the subject's scope (``offboard``: all of their scopes);
+        a ``forget`` token names its ``entry``, so it cannot forget another."""
         if op == "offboard":
             return self._sign(f"{self.agent}#offboard", {"sub": subject.mxid, "origin": subject.origin, "op": op})
-        return self._sign(f"{self.agent}#control", self._room_claims(subject) | {"op": op})
+        bound = {"entry": str(entry)} if entry is not None else {}
+        return self._sign(f"{self.agent}#control", self._room_claims(subject) | {"op": op} | bound)
 
     @staticmethod
     def _room_claims(subject: Subject) -> dict[str, Any]:
@@ -170,7 +172,8 @@ class _Client:
         return self._call("entries", "GET", "entries", Memories, params=params)
 
     def forget(self, entry_id: uuid.UUID | str) -> Erasure:
-        return self._call("forget", "DELETE", f"entries/{uuid.UUID(str(entry_id))}", Erasure)
+        entry = uuid.UUID(str(entry_id))
+        return self._call("forget", "DELETE", f"entries/{entry}", Erasure, entry=entry)
 
     def forget_all(self) -> Erasure:
         return self._call("forget-all", "POST", "forget-all", Erasure, {"confirm": True})
@@ -181,8 +184,10 @@ class _Client:
     def offboard(self) -> Erasure:
         return self._call("offboard", "POST", "offboard", Erasure, {"confirm": True})
 
-    def _request(self, op: Op, method: str, path: str, body: dict | None, params: dict | None) -> dict[str, Any]:
-        token = self.signer.control(self.subject, op)
+    def _request(
+        self, op: Op, method: str, path: str, body: dict | None, params: dict | None, entry: uuid.UUID | None
+    ) -> dict[str, Any]:
+        token = self.signer.control(self.subject, op, entry=entry)
         return {
             "method": method,
             "url": f"{PREFIX}/{path}",
@@ -204,7 +209,9 @@ class _Client:
             self.generation = generation
         return value
 
-    def _call(self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None) -> Any:
+    def _call(
+        self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None, entry=None
+    ) -> Any:
         raise NotImplementedError
 
 
@@ -215,8 +222,10 @@ class ControlClient(_Client):
         super().__init__(signer, subject, generation)
         self.http = http
 
-    def _call(self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None) -> A:
-        return self._read(self.http.request(**self._request(op, method, path, body, params)), model)
+    def _call(
+        self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None, entry=None
+    ) -> A:
+        return self._read(self.http.request(**self._request(op, method, path, body, params, entry)), model)
 
 
 class AsyncControlClient(_Client):
@@ -226,8 +235,10 @@ class AsyncControlClient(_Client):
         super().__init__(signer, subject, generation)
         self.http = http
 
-    async def _call(self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None) -> A:
-        return self._read(await self.http.request(**self._request(op, method, path, body, params)), model)
+    async def _call(
+        self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None, entry=None
+    ) -> A:
+        return self._read(await self.http.request(**self._request(op, method, path, body, params, entry)), model)
 
 
 __all__ = [

@@ -277,9 +277,13 @@ def router(store: Store, trust: Trust) -> APIRouter:
         """The verified token for ``op``; a single-use token is spent here, before the call does anything."""
         purpose = "offboard" if op is Operation.OFFBOARD else "control"
 
-        async def dependency(credentials: HTTPAuthorizationCredentials | None = _CREDENTIALS) -> Assertion:
+        async def dependency(
+            request: Request, credentials: HTTPAuthorizationCredentials | None = _CREDENTIALS
+        ) -> Assertion:
             token = credentials.credentials if credentials else None
             assertion = verify(token, trust, now=clock.now(), purpose=purpose, op=op)
+            if assertion.entry is not None and str(assertion.entry) != request.path_params.get("entry_id"):
+                raise GovernedMemoryError(Reason.BAD_ASSERTION)  # minted for another entry: refused unspent
             if op.single_use:
                 valid_until = assertion.expires_at + timedelta(seconds=LEEWAY_SECONDS)
                 await store.claim_once(assertion.jti, valid_until)

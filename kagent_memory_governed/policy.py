@@ -6,6 +6,7 @@ Also the pure admission checks over single values (a fact, an embedding) that ev
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
 
 _FLOAT32_MAX = 3.4028234663852886e38  # also excludes NaN and the infinities
+_FLOAT32_TINY = float(numpy.finfo(numpy.float32).tiny)
+_BOOLEANS = (bool, numpy.bool_)
 EMBEDDING_DIMENSIONS = 768  # kagent's KAgentEmbedding pads or truncates every provider to 768
 
 # key -> (ceiling, direction). "max": a value may only be lower; "min": only higher (a floor).
@@ -34,13 +37,17 @@ CEILINGS: dict[str, tuple[int, str]] = {
 }
 # The least a "max" key may be lowered to (1 unless listed): operation records must outlive any dispute window.
 MINIMUMS: dict[str, int] = {"ledger_retention_days": 30}
+# The most a floor ("min" key) may be raised to: an auto-save every 10^24 turns is auto-save off by accident.
+MAXIMUMS: dict[str, int] = {"autosave_every_user_turns": 1000}
+MAX_POLICY_FILE_BYTES = 64 * 1024
+_KEY = re.compile(r"[a-z_]{1,64}")
 
 
 def _limit(key: str) -> Any:
-    """The field of one policy key: its ceiling as default, bounded on the side a policy may not move."""
+    """The field of one policy key: its ceiling as default, bounded on both sides."""
     ceiling, direction = CEILINGS[key]
     if direction == "min":
-        return Field(default=ceiling, ge=ceiling)
+        return Field(default=ceiling, ge=ceiling, le=MAXIMUMS[key])
     return Field(default=ceiling, ge=MINIMUMS.get(key, 1), le=ceiling)
 
 
@@ -76,21 +83,54 @@ class Policy(BaseModel):
 
     @classmethod
     def from_file(cls, path: str | Path) -> Policy:
-        """Read a policy JSON file (``KAGENT_GOVERNED_MEMORY_POLICY``)."""
+        """Read a policy JSON file (``KAGENT_GOVERNED_MEMORY_POLICY``) as strictly as a control body: at most
+        ``MAX_POLICY_FILE_BYTES`` of UTF-8 JSON, each key once, no ``NaN`` or ``Infinity``. ``PolicyError``
+        is one line naming the problem."""
         try:
-            values = json.loads(Path(path).read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            raise PolicyError("policy: file is unreadable or not JSON") from None
+            with Path(path).open("rb") as file:
+                raw = file.read(MAX_POLICY_FILE_BYTES + 1)
+        except OSError:
+            raise PolicyError("policy: file is unreadable") from None
+        if len(raw) > MAX_POLICY_FILE_BYTES:
+            raise PolicyError(f"policy: file is larger than {MAX_POLICY_FILE_BYTES} bytes")
+        try:
+            values = json.loads(raw.decode("utf-8"), object_pairs_hook=_unique_keys, parse_constant=_no_constant)
+        except UnicodeDecodeError:
+            raise PolicyError("policy: file is not UTF-8") from None
+        except json.JSONDecodeError as error:
+            raise PolicyError(f"policy: not JSON (line {error.lineno}, column {error.colno})") from None
+        except RecursionError:
+            raise PolicyError("policy: nested too deeply") from None
         return cls.from_mapping(values)
+
+
+def _printable(key: str) -> str:
+    """A key as an error may name it: a policy key as it is, anything else JSON-escaped and clipped, on one line."""
+    return key if _KEY.fullmatch(key) else json.dumps(key[:64])
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    members = dict(pairs)
+    if len(members) != len(pairs):  # {"entry_cap": 200, "entry_cap": 10} must not mean whichever came last
+        seen: set[str] = set()
+        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise PolicyError(f"{_printable(repeated)}: appears more than once")
+    return members
+
+
+def _no_constant(name: str) -> Any:
+    raise PolicyError(f"policy: {name} is not JSON")
 
 
 def _explain(key: str, problem: Any) -> str:
     """One line naming the key and what is wrong with it, in the policy's own terms."""
     if problem["type"] == "extra_forbidden":
-        return f"{key}: unknown policy key"
+        return f"{_printable(key)}: unknown policy key"
     if problem["type"] not in ("less_than_equal", "greater_than_equal"):
         return f"{key}: must be an integer"
     value, (ceiling, direction) = problem["input"], CEILINGS[key]
+    if direction == "min" and value > ceiling:
+        return f"{key}: {value} is above its maximum {MAXIMUMS[key]}"
     if direction == "min":
         return f"{key}: {value} is below its floor {ceiling}; a policy may only raise it"
     if value > ceiling:
@@ -124,16 +164,26 @@ def admit_fact(text: object, policy: Policy) -> str:
 
 
 def admit_embedding(vector: object) -> numpy.ndarray:
-    """A 768-dimensional vector of finite single-precision values, not all zero once stored as such, or
-    ``bad_input``. Returned as the single-precision array that is sent and stored."""
-    try:
-        values = numpy.asarray(vector, dtype=numpy.float64)
-    except (TypeError, ValueError, OverflowError):
-        raise GovernedMemoryError(Reason.BAD_INPUT) from None
-    if values.shape != (EMBEDDING_DIMENSIONS,) or not (numpy.abs(values) <= _FLOAT32_MAX).all():
+    """A 768-dimensional vector of numbers (never text or booleans) whose single-precision form can be
+    found: finite values and a squared norm that is finite and not below the least normal float, as
+    pgvector's cosine distance computes it. Otherwise ``bad_input``, before it is stored or counted: a
+    vector of float32-max values, or of values whose squares vanish, has no cosine distance to anything.
+    Returned as the single-precision array that is sent and stored."""
+    if isinstance(vector, list | tuple) and not any(type(item) in _BOOLEANS for item in vector):
+        values = numpy.asarray(vector)
+    elif isinstance(vector, numpy.ndarray):
+        values = vector
+    else:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    if values.dtype.kind not in "fiu" or values.shape != (EMBEDDING_DIMENSIONS,):
+        raise GovernedMemoryError(Reason.BAD_INPUT)  # text, objects, booleans, nested lists
+    values = values.astype(numpy.float64)
+    if not (numpy.abs(values) <= _FLOAT32_MAX).all():  # NaN compares false too
         raise GovernedMemoryError(Reason.BAD_INPUT)
     stored = values.astype(numpy.float32)
-    if not stored.any():
+    with numpy.errstate(over="ignore", under="ignore"):
+        norm = numpy.dot(stored, stored)
+    if not numpy.isfinite(norm) or norm < _FLOAT32_TINY:
         raise GovernedMemoryError(Reason.BAD_INPUT)
     return stored
 

@@ -177,6 +177,39 @@ def test_duplicate_claims_are_refused(bridge: Bridge):
     assert reason_for(token, bridge.trust()) is Reason.BAD_ASSERTION
 
 
+@pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
+def test_a_non_json_constant_in_any_claim_is_refused(bridge: Bridge, constant: str):
+    claims = json.dumps(bridge.claims(T))
+    for extra in (f', "note": {constant}}}', f', "note": [1, {{"deep": {constant}}}]}}'):
+        token = compact({"alg": "EdDSA"}, claims[:-1] + extra, bridge.private_key.sign)
+        assert reason_for(token, bridge.trust()) is Reason.BAD_ASSERTION
+
+
+def test_a_forget_token_may_name_the_one_entry_it_forgets(bridge: Bridge):
+    entry = "0b8e4f5a-6d0c-4f7e-9a41-5f2b8c1d9e30"
+    token = bridge.sign(T, "control", op="forget", entry=entry)
+    assert str(verify(token, bridge.trust(), now=NOW, purpose="control", op=Operation.FORGET).entry) == entry
+    unbound = bridge.sign(T, "control", op="forget")
+    assert verify(unbound, bridge.trust(), now=NOW, purpose="control", op=Operation.FORGET).entry is None
+
+
+@pytest.mark.parametrize(
+    "entry", ["0B8E4F5A-6D0C-4F7E-9A41-5F2B8C1D9E30", "0b8e4f5a6d0c4f7e9a415f2b8c1d9e30", "x", 7, None]
+)
+def test_an_entry_claim_in_another_spelling_or_type_is_refused(bridge: Bridge, entry: object):
+    token = bridge.sign(T, "control", op="forget", entry=entry)
+    assert reason_for(token, bridge.trust(), purpose="control", op=Operation.FORGET) is Reason.BAD_ASSERTION
+
+
+@pytest.mark.parametrize("op", [op for op in Operation if op is not Operation.FORGET])
+def test_an_entry_claim_on_any_token_but_forget_is_refused(bridge: Bridge, op: Operation):
+    purpose = "offboard" if op is Operation.OFFBOARD else "control"
+    token = bridge.sign(T, purpose, op=op.value, entry="0b8e4f5a-6d0c-4f7e-9a41-5f2b8c1d9e30")
+    assert reason_for(token, bridge.trust(), purpose=purpose, op=op) is Reason.BAD_ASSERTION
+    header = bridge.sign(T, entry="0b8e4f5a-6d0c-4f7e-9a41-5f2b8c1d9e30")
+    assert reason_for(header, bridge.trust()) is Reason.BAD_ASSERTION
+
+
 @pytest.mark.parametrize(
     "token",
     ["a.b", "a.b.c.d", "!!.!!.!!", "e30.e30.e30", "x" * 5000, "é.é.é", 42, b"bytes", "eyJhbGciOiJFZERTQSJ9..", "..."],

@@ -13,7 +13,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from freezegun import freeze_time
 
-from kagent_memory_governed.assertion import Trust, verify
+from kagent_memory_governed.assertion import Operation, Trust, verify
 from kagent_memory_governed.bridge import AsyncControlClient, Memories, ScopeSigner, Subject
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
@@ -59,6 +59,20 @@ async def test_every_operation_answers_typed_values_and_the_generation_follows(m
     assert not status.enabled and status.last_erasure is not None and status.last_erasure.result == "verified"
     offboarded = await memory.offboard()
     assert offboarded.verified and offboarded.scopes == 1
+
+
+def test_a_forget_token_from_the_signer_names_its_entry(governed_signer: ScopeSigner, bridge):
+    entry = uuid.uuid4()
+    who = subject()
+    token = governed_signer.control(who, "forget", entry=entry)
+    assertion = verify(token, bridge.trust(), now=now(), purpose="control", op=Operation.FORGET)
+    assert assertion.entry == entry
+    assert (
+        verify(
+            governed_signer.control(who, "forget"), bridge.trust(), now=now(), purpose="control", op=Operation.FORGET
+        ).entry
+        is None
+    )
 
 
 async def test_refusals_raise_the_servers_reason_code(memory: AsyncControlClient):

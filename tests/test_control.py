@@ -154,6 +154,20 @@ async def test_another_subjects_entry_is_not_found_and_survives(client, store: S
     assert alice_view["entries"] == []
 
 
+async def test_a_forget_token_bound_to_an_entry_forgets_that_entry_only(client, store: Store, bridge: Bridge):
+    generation = await consent(client, bridge)
+    kept, forgotten = await remember(store, bridge, generation, "likes tea", "lives in Lisbon")
+    bound = auth(bridge, "forget", entry=str(forgotten))
+    other = await client.delete(f"/memory/v1/entries/{kept}", headers=bound)
+    assert (other.status_code, other.json()) == (401, {"error": "bad_assertion"})
+    malformed = await client.delete("/memory/v1/entries/not-an-id", headers=bound)
+    assert (malformed.status_code, malformed.json()) == (401, {"error": "bad_assertion"})
+    answer = await client.delete(f"/memory/v1/entries/{forgotten}", headers=bound)  # refused unspent: still valid
+    assert answer.status_code == 200 and answer.json()["deleted"] is True
+    listed = (await client.get("/memory/v1/entries", headers=auth(bridge, "entries"))).json()
+    assert [entry["id"] for entry in listed["entries"]] == [str(kept)]
+
+
 async def test_a_destructive_token_is_accepted_once(client, store: Store, bridge: Bridge):
     await consent(client, bridge)
     headers = auth(bridge, "forget-all")

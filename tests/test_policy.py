@@ -4,6 +4,7 @@ import json
 import math
 from pathlib import Path
 
+import numpy
 import pytest
 
 from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
@@ -76,6 +77,36 @@ def test_a_policy_file_is_read_and_validated(tmp_path: Path) -> None:
         Policy.from_file(array)
 
 
+@pytest.mark.parametrize(
+    ("text", "error"),
+    [
+        ('{"entry_cap": 200, "entry_cap": 10}', "^entry_cap: appears more than once$"),
+        ('{"entry_cap": NaN}', "^policy: NaN is not JSON$"),
+        ('{"entry_cap": -Infinity}', "^policy: -Infinity is not JSON$"),
+        ("[" * 100_000 + "]" * 100_000, "^policy: file is larger than 65536 bytes$"),
+        ("[" * 30_000 + "]" * 30_000, "^policy: nested too deeply$"),
+        ('{"entry_cap": 10,}', r"^policy: not JSON \(line 1, column 18\)$"),
+        ('{"a\\nb": 1}', r'^"a\\nb": unknown policy key$'),
+        (
+            '{"autosave_every_user_turns": 1000000000000000000000000}',
+            "^autosave_every_user_turns: .* above its maximum",
+        ),
+    ],
+)
+def test_a_policy_file_is_parsed_as_strictly_as_a_control_body(tmp_path: Path, text: str, error: str) -> None:
+    path = tmp_path / "policy.json"
+    path.write_text(text)
+    with pytest.raises(PolicyError, match=error) as refused:
+        Policy.from_file(path)
+    assert "\n" not in str(refused.value)
+
+
+def test_the_autosave_cadence_may_be_raised_to_a_thousand_turns_and_no_further() -> None:
+    assert Policy.from_mapping({"autosave_every_user_turns": 1000}).autosave_every_user_turns == 1000
+    with pytest.raises(PolicyError, match="^autosave_every_user_turns: 1001 is above its maximum 1000$"):
+        Policy.from_mapping({"autosave_every_user_turns": 1001})
+
+
 def test_a_fact_of_512_utf8_bytes_is_admitted_and_513_refused() -> None:
     policy = Policy()
     assert admit_fact("a" * 512, policy)
@@ -98,12 +129,51 @@ def test_unstorable_facts_are_bad_input(fact: object) -> None:
     assert refused.value.reason is Reason.BAD_INPUT
 
 
+FLOAT32_MAX = float(numpy.finfo(numpy.float32).max)
+
+
 @pytest.mark.parametrize(
-    "vector", [[1.0] * 767, [1.0] * 769, [0.0] * 768, [math.nan] + [1.0] * 767, [math.inf] * 768, ["x"] * 768, None]
+    "vector",
+    [
+        [1.0] * 767,
+        [1.0] * 769,
+        [0.0] * 768,
+        [math.nan] + [1.0] * 767,
+        [math.inf] * 768,
+        ["x"] * 768,
+        None,
+        ["0.5"] * 768,  # numbers as text: numpy would read them as numbers
+        [True] * 768,
+        [0.5] * 767 + [True],  # one boolean among numbers: numpy would make it 1.0
+        [[0.5]] * 768,
+        {"vector": [0.5] * 768},
+        "0.5" * 768,
+        numpy.array(["0.5"] * 768),
+        [FLOAT32_MAX] * 768,  # finite, but its norm is not: never found, yet it would count toward the cap
+        [1e19] * 768,
+        [1e-30] * 768,  # its squares vanish in single precision: no direction
+    ],
 )
-def test_embeddings_must_be_768_finite_non_zero_floats(vector: object) -> None:
-    with pytest.raises(GovernedMemoryError):
+def test_embeddings_must_be_768_numbers_with_a_usable_norm(vector: object) -> None:
+    with pytest.raises(GovernedMemoryError) as refused:
         admit_embedding(vector)
+    assert refused.value.reason is Reason.BAD_INPUT
+
+
+@pytest.mark.parametrize(
+    "vector", [[0.5] * 768, [1] * 768, numpy.full(768, 0.25, numpy.float32), [1e19] + [0.0] * 767, [1e-19] * 768]
+)
+def test_embeddings_of_numbers_whose_norm_pgvector_can_compute_are_admitted(vector: object) -> None:
+    stored = admit_embedding(vector)
+    assert stored.dtype == numpy.float32 and stored.shape == (768,)
+
+
+async def test_every_admitted_extreme_embedding_is_found_by_itself(store, sql) -> None:
+    for vector in ([1e19] + [0.0] * 767, [1e-19] * 768, [0.5] * 768):
+        text = str([float(x) for x in admit_embedding(vector)])
+        assert await sql.fetchval("SELECT $1::vector <=> $1::vector", text) == 0.0  # a real pgvector
+    text = str([FLOAT32_MAX] * 768)
+    assert math.isnan(await sql.fetchval("SELECT $1::vector <=> $1::vector", text))  # why it is refused
 
 
 def test_expiry_is_the_smallest_of_request_policy_and_consent() -> None:
