@@ -17,8 +17,8 @@ from collections.abc import Awaitable, Callable
 from pydantic import ValidationError
 
 from kagent_memory_governed.embedded import database_url, describe
-from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError
-from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
+from kagent_memory_governed.settings import Settings, problems
 from kagent_memory_governed.store import Store
 
 
@@ -49,10 +49,13 @@ UPSTREAM_COMMANDS = ("static", "run", "test")
 
 def _upstream(argv: list[str]) -> int:
     from kagent_memory_governed.activation import EXIT_ACTIVATION_FAILED
-    from kagent_memory_governed.adk.runtime import install
 
     try:
-        install()
+        settings = Settings.load()  # before kagent is imported: a refusal is then the only line
+        settings.trust()
+        from kagent_memory_governed.adk.runtime import install
+
+        install(settings=settings)
     except (ConfigurationError, GovernedMemoryError) as error:
         print(f"kagent-memory-governed: activation failed: {error}", file=sys.stderr)
         return EXIT_ACTIVATION_FAILED
@@ -100,12 +103,13 @@ def main(argv: list[str] | None = None) -> int:
         print(f"configuration error: {error}", file=sys.stderr)
         return 2
     except ValidationError as error:  # never print input values: a URL may carry a password
-        for problem in error.errors():
-            where = ".".join(map(str, problem["loc"]))
-            print(f"configuration error: {where + ': ' if where else ''}{problem['msg']}", file=sys.stderr)
+        print(f"configuration error: {problems(error)}", file=sys.stderr)
         return 2
     except GovernedMemoryError as error:
         print(f"refused: {error.explained()}", file=sys.stderr)
+        return 1
+    except Exception as error:  # a defect: one content-free line, never a traceback that could quote a value
+        print(f"failed: {Reason.INTERNAL_ERROR.value} ({type(error).__name__})", file=sys.stderr)
         return 1
     return 0
 

@@ -9,7 +9,6 @@ It prints check names, ``ok`` or ``FAILED`` and a reason code; never a setting's
 from __future__ import annotations
 
 import asyncio
-import re
 import sys
 from collections.abc import Callable
 from typing import NamedTuple, TextIO
@@ -18,7 +17,7 @@ from pydantic import ValidationError
 
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError
 from kagent_memory_governed.policy import Policy
-from kagent_memory_governed.settings import PREFIX, Settings
+from kagent_memory_governed.settings import Settings, problems
 
 
 class Check(NamedTuple):
@@ -36,15 +35,6 @@ def _policy(settings: Settings) -> tuple[Check, Policy]:
         return Check("policy", True), settings.load_policy()
     except ConfigurationError as error:  # a PolicyError's message starts with the key it names
         return Check("policy", False, "invalid_policy", str(error).split(":", 1)[0]), Policy()
-
-
-def _names(error: ValidationError) -> str:
-    """The variables a settings error is about, from their field names or the message naming them."""
-    names = []
-    for problem in error.errors():
-        unknown = re.search(r"unknown setting (\S+)", problem["msg"])
-        names.append(unknown.group(1) if unknown else PREFIX + str(problem["loc"][0]).upper())
-    return ",".join(dict.fromkeys(names))
 
 
 def _configured(name: str, check: Callable[[], object]) -> Check:
@@ -105,7 +95,7 @@ def main_report(settings: Settings | None = None, out: TextIO | None = None) -> 
     try:
         settings = settings or Settings()
     except ValidationError as error:  # names only: a database URL may carry a password
-        out.write(f"{'settings':<24} FAILED invalid_settings {_names(error)}\n")
+        out.write(f"{'settings':<24} FAILED invalid_settings {problems(error)}\n")
         return 2
     checks = [Check("settings", True), *asyncio.run(run(settings))]
     for check in checks:

@@ -44,6 +44,7 @@ class Reason(StrEnum):
     METHOD_NOT_ALLOWED = "method_not_allowed"
     INTERNAL_ERROR = "internal_error"
     SCHEMA_OUTDATED = "schema_outdated"
+    SCHEMA_MISSING = "schema_missing"  # never migrated: run ``migrate``
     SCHEMA_NEWER = "schema_newer"
     UNSUPPORTED_DATABASE = "unsupported_database"
 

@@ -37,6 +37,21 @@ def in_kubernetes_pod() -> bool:
     return "KUBERNETES_SERVICE_HOST" in os.environ
 
 
+def problems(error: ValidationError) -> str:
+    """A settings error on one line: what each problem is about and, for this package's own checks (which
+    name settings and parameters, never values), what is wrong. Pydantic's messages may quote input: not kept."""
+    found = []
+    for problem in error.errors():
+        field = str(problem["loc"][0]) if problem["loc"] else ""
+        where = field if field.isupper() or not field else PREFIX + field.upper()  # the variable, as set
+        ours = problem["type"] == "value_error" and isinstance(problem.get("ctx", {}).get("error"), ValueError)
+        message = problem["msg"].removeprefix("Value error, ") if ours else ""
+        if where and message.startswith(PREFIX):
+            where = ""  # the message names the variable itself
+        found.append(": ".join(part for part in (where, message) if part) or "invalid")
+    return "; ".join(found)
+
+
 class Settings(BaseSettings):
     """Everything an operator sets. Unset database URL: an embedded PostgreSQL for local runs only."""
 
@@ -54,9 +69,12 @@ class Settings(BaseSettings):
 
     @field_validator("database_url")
     @classmethod
-    def _asyncpg_only(cls, value: str | None) -> str | None:
-        if value is not None and not value.startswith("postgresql+asyncpg://"):
-            raise ValueError("KAGENT_GOVERNED_MEMORY_DATABASE_URL must be a postgresql+asyncpg:// URL")
+    def _checked_url(cls, value: str | None) -> str | None:
+        # the scheme, the port, libpq's TLS parameters and their files: refused naming the parameter
+        if value is not None:
+            from kagent_memory_governed.store.connection import parse
+
+            parse(value)
         return value
 
     @model_validator(mode="after")
@@ -76,8 +94,7 @@ class Settings(BaseSettings):
         try:
             return cls()
         except ValidationError as error:
-            problems = [".".join(map(str, p["loc"])) or p["msg"].removeprefix("Value error, ") for p in error.errors()]
-            raise ConfigurationError(f"invalid settings: {', '.join(problems)}") from None
+            raise ConfigurationError(f"invalid settings: {problems(error)}") from None
 
     def load_policy(self) -> Policy:
         """The effective policy: the ceilings, lowered by the policy file if one is configured."""

@@ -193,7 +193,7 @@ def test_the_server_refuses_to_start_on_an_unmigrated_database(tmp_path: Path, b
     finally:
         server.kill()
     assert server.returncode == 78
-    assert "kagent-memory-governed: not serving: schema_outdated\n" in output
+    assert "kagent-memory-governed: not serving: schema_missing\n" in output
     assert "Traceback" not in output and "template1" not in output
 
 

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
 import subprocess
 import sys
+import uuid
+from collections.abc import AsyncIterator
 from pathlib import Path
 
+import asyncpg
 import pytest
 
 from kagent_memory_governed.store import Store
@@ -49,10 +53,95 @@ def test_a_policy_that_raises_a_ceiling_stops_with_the_key_named(tmp_path: Path,
     assert "entry_cap" in result.stderr and "ceiling" in result.stderr
 
 
-def test_a_bad_database_url_is_refused_without_echoing_it():
-    result = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL="postgres://admin:hunter2-secret@db/kagent")
-    assert result.returncode == 2
-    assert "database_url" in result.stderr and "hunter2" not in result.stderr
+URL = "KAGENT_GOVERNED_MEMORY_DATABASE_URL"
+BAD_URLS = [
+    ("postgres://admin:hunter2-secret@db/kagent", "not a postgresql+asyncpg:// URL"),
+    ("postgresql+asyncpg://admin:hunter2-secret@db:54x2/kagent", "port is not a number"),
+    ("postgresql+asyncpg://admin:hunter2-secret@db:99999/kagent", "port out of range"),
+    ("postgresql+asyncpg://admin:hunter2-secret@db/kagent?sslmod=require", "unknown parameter sslmod"),
+    ("postgresql+asyncpg://admin:hunter2-secret@db/kagent?hunter2-secret=1", "unknown parameter"),
+    ("postgresql+asyncpg://admin:hunter2-secret@db/kagent?sslmode=required", "sslmode not one of disable, allow,"),
+    ("postgresql+asyncpg://a:hunter2-secret@db/k?sslmode=require&sslmode=disable", "sslmode given more than once"),
+    ("postgresql+asyncpg://a:hunter2-secret@db/k?ssl=require&sslmode=require", "ssl and sslmode contradict each"),
+    ("postgresql+asyncpg://a:hunter2-secret@db/k?sslmode=verify-full", "sslmode=verify-full needs sslrootcert"),
+    ("postgresql+asyncpg://a:hunter2-secret@db/k?sslmode=disable&sslrootcert=/etc/hostname", "sslrootcert needs"),
+    ("postgresql+asyncpg://a:hunter2-secret@db/k?sslrootcert=/etc/hostname", "sslrootcert needs sslmode require,"),
+    ("postgresql+asyncpg://a:hunter2-secret@db/k?sslmode=require&sslcert=/etc/hostname", "sslcert needs sslkey"),
+    ("postgresql+asyncpg://a:b@db/k?sslmode=require&sslpassword=hunter2-secret", "sslpassword needs sslkey"),
+    ("postgresql+asyncpg://a:b@db/k?sslmode=require&sslrootcert=system", "sslrootcert=system needs sslmode=verify"),
+    (
+        "postgresql+asyncpg://a:hunter2-secret@db/k?sslmode=verify-ca&sslrootcert=/nonexistent/hunter2-secret.pem",
+        "sslrootcert is not a readable file",
+    ),
+    (
+        "postgresql+asyncpg://a:hunter2-secret@db/k?sslmode=verify-ca&sslrootcert=/etc/hostname",
+        "sslrootcert holds no PEM certificate",
+    ),
+]
+
+
+@pytest.mark.parametrize(("url", "problem"), BAD_URLS)
+def test_a_bad_database_url_is_refused_in_one_line_naming_the_parameter_never_a_value(url: str, problem: str):
+    result = run("migrate", **{URL: url})
+    assert result.returncode == 2 and result.stdout == ""
+    assert result.stderr.startswith(f"configuration error: {URL}: {problem}")
+    assert result.stderr.count("\n") == 1 and "hunter2" not in result.stderr
+
+
+@pytest.mark.parametrize("command", ["migrate", "sweep", "static", "doctor"])
+def test_every_command_refuses_an_unknown_url_parameter_in_one_line(command: str, tmp_path: Path):
+    url = "postgresql+asyncpg://app:hunter2-secret@db.invalid/kagent?sslmode=require&sslrootcrt=/ca.pem"
+    result = run(command, **{URL: url}, KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
+    line = {
+        "migrate": (2, "", f"configuration error: {URL}: unknown parameter sslrootcrt\n"),
+        "sweep": (2, "", f"configuration error: {URL}: unknown parameter sslrootcrt\n"),
+        "static": (
+            78,
+            "",
+            f"kagent-memory-governed: activation failed: invalid settings: {URL}: unknown parameter sslrootcrt\n",
+        ),
+        "doctor": (2, f"settings                 FAILED invalid_settings {URL}: unknown parameter sslrootcrt\n", ""),
+    }
+    assert (result.returncode, result.stdout, result.stderr) == line[command]
+
+
+def test_migrate_to_base_or_to_a_relative_revision_is_refused_in_one_line(database_url: str, store):
+    for target, cause in [
+        ("base", "no downgrade to base: drop schema governed_memory instead"),
+        ("-1", "no such revision"),
+    ]:
+        result = run("migrate", "--to", target, **{URL: database_url})
+        assert (result.returncode, result.stderr) == (1, f"refused: bad_input ({cause})\n")
+
+
+@pytest.fixture
+async def scratch_database(sql) -> AsyncIterator[str]:
+    """A database of its own, never migrated, dropped afterwards."""
+    name = f"cli_{uuid.uuid4().hex[:10]}"
+    await sql.execute(f'CREATE DATABASE "{name}"')
+    yield name
+    await sql.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+
+
+async def test_a_never_migrated_database_is_schema_missing_and_a_newer_one_schema_newer(
+    database_url: str, scratch_database: str
+):
+    url = database_url.replace("/postgres?", f"/{scratch_database}?")
+    never = await asyncio.to_thread(run, "sweep", **{URL: url})
+    assert (never.returncode, never.stderr) == (1, "refused: schema_missing\n")
+    assert (await asyncio.to_thread(run, "migrate", **{URL: url})).returncode == 0
+    conn = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        await conn.execute("UPDATE governed_memory.alembic_version SET version_num = '9999'")
+    finally:
+        await conn.close()
+    head = Store.head_revision()
+    for command in ("sweep", "migrate"):
+        newer = await asyncio.to_thread(run, command, **{URL: url})
+        assert (newer.returncode, newer.stderr) == (
+            1,
+            f"refused: schema_newer (database at 9999, this package migrates to {head})\n",
+        )
 
 
 @pytest.mark.parametrize(

@@ -49,9 +49,9 @@ async def test_a_configured_activated_process_on_a_migrated_database_passes_ever
     assert failures(checks) == {}
 
 
-async def test_an_unmigrated_database_is_schema_outdated(runtime, store, database_url: str, bridge, tmp_path: Path):
+async def test_a_never_migrated_database_is_schema_missing(runtime, store, database_url: str, bridge, tmp_path: Path):
     settings = configured(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
-    assert failures(await doctor.run(settings)) == {"database": "schema_outdated"}
+    assert failures(await doctor.run(settings)) == {"database": "schema_missing"}
 
 
 async def test_without_a_database_url_the_embedded_default_is_reported_as_local_only(runtime, bridge, tmp_path: Path):
@@ -118,14 +118,18 @@ def test_settings_that_do_not_load_are_named_without_their_value(monkeypatch: py
     monkeypatch.setenv("KAGENT_GOVERNED_MEMORY_DATABASE_URL", "postgres://app:SENTINEL-password@db/kagent")
     out = io.StringIO()
     assert doctor.main_report(out=out) == 2
-    assert out.getvalue().split() == ["settings", "FAILED", "invalid_settings", "KAGENT_GOVERNED_MEMORY_DATABASE_URL"]
+    assert out.getvalue().split(None, 3) == ["settings", "FAILED", "invalid_settings"] + [
+        "KAGENT_GOVERNED_MEMORY_DATABASE_URL: not a postgresql+asyncpg:// URL\n"
+    ]
 
 
 def test_a_lookalike_variable_is_named(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("KAGENT_GOVERNEDMEMORY_DATABASE_URL", "postgres://app:SENTINEL-password@db/kagent")
     out = io.StringIO()
     assert doctor.main_report(out=out) == 2
-    assert out.getvalue().split() == ["settings", "FAILED", "invalid_settings", "KAGENT_GOVERNEDMEMORY_DATABASE_URL"]
+    assert out.getvalue().split() == ["settings", "FAILED", "invalid_settings", "unknown", "setting"] + [
+        "KAGENT_GOVERNEDMEMORY_DATABASE_URL"
+    ]
 
 
 def _doctor_in_a_pod(tmp_path: Path, bridge, database_url: str, switch: str) -> subprocess.CompletedProcess[str]:

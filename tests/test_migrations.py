@@ -29,9 +29,9 @@ async def fresh_database(database_url: str, sql: asyncpg.Connection):
 
 
 async def test_migrate_reaches_head_and_is_idempotent(store: Store):
-    assert Store.head_revision() == "0008"
-    assert await store.migrate() == "0008"
-    assert await store.migrate() == "0008"
+    assert Store.head_revision() == "0009"
+    assert await store.migrate() == "0009"
+    assert await store.migrate() == "0009"
     await store.check_ready()
 
 
@@ -40,9 +40,9 @@ async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: 
     try:
         with pytest.raises(GovernedMemoryError) as refused:
             await first.check_ready()
-        assert refused.value.reason is Reason.SCHEMA_OUTDATED
+        assert refused.value.reason is Reason.SCHEMA_MISSING
         assert await first.revision() is None
-        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0008", "0008"]  # replicas race safely
+        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0009", "0009"]  # replicas race safely
         await first.check_ready()
     finally:
         await first.close()

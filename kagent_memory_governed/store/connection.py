@@ -1,0 +1,156 @@
+"""How the store reaches PostgreSQL: the database URL, with libpq's TLS parameters, checked once.
+
+``KAGENT_GOVERNED_MEMORY_DATABASE_URL`` is a SQLAlchemy ``postgresql+asyncpg://`` URL whose query may
+carry libpq's TLS parameters with libpq's meaning (``sslmode`` disable, allow, prefer, require,
+verify-ca, verify-full; ``sslrootcert``, ``sslcert``, ``sslkey``, ``sslpassword``) and ``host`` (a Unix
+socket directory). The driver (asyncpg) implements libpq's modes itself: the parameters reach it as
+libpq spells them, never as keyword arguments it does not take. ``sslrootcert=system`` (libpq 16) trusts
+the system's roots and needs ``verify-full``. Anything else, or a contradiction, is refused before any
+connection with a ``ConfigurationError`` naming the parameter, never its value.
+
+A connection that fails in TLS is ``store_unavailable`` with a content-free cause (``tls_cause``).
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import ssl
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlencode
+
+import asyncpg
+from sqlalchemy.engine import URL, make_url
+from sqlalchemy.exc import ArgumentError
+
+from kagent_memory_governed.errors import ConfigurationError
+
+VARIABLE = "KAGENT_GOVERNED_MEMORY_DATABASE_URL"
+SCHEME = "postgresql+asyncpg"
+MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
+TLS_PARAMETERS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword")
+# ``ssl`` is asyncpg's own spelling of sslmode (SQLAlchemy's documentation shows ``?ssl=require``)
+PARAMETERS = frozenset({"host", "ssl", *TLS_PARAMETERS})
+_FILES = ("sslrootcert", "sslcert", "sslkey")
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
+_HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+
+
+def _refuse(problem: str) -> ConfigurationError:
+    return ConfigurationError(f"{VARIABLE}: {problem}", code="invalid")
+
+
+@dataclass(frozen=True)
+class DatabaseUrl:
+    """A checked database URL: what SQLAlchemy is given (``url``, no TLS parameter left in it) and the
+    libpq TLS parameters the driver is given (``tls``). ``repr`` shows neither: both may hold secrets."""
+
+    url: URL = field(repr=False)
+    tls: dict[str, str] = field(repr=False)
+
+    def connect_args(self) -> dict[str, Any]:
+        """The driver's keyword arguments that carry the TLS parameters: libpq's own spelling in a DSN of
+        query parameters only (host, user and password stay explicit arguments from ``url``), or, for
+        ``sslrootcert=system``, a context trusting the system's roots and checking the host name."""
+        if self.tls.get("sslrootcert") == "system":
+            context = ssl.create_default_context()  # CERT_REQUIRED, check_hostname: libpq's verify-full
+            context.minimum_version = ssl.TLSVersion.TLSv1_2
+            if "sslcert" in self.tls:
+                password = self.tls.get("sslpassword", "")
+                context.load_cert_chain(self.tls["sslcert"], self.tls["sslkey"], password=lambda: password)
+            return {"ssl": context}
+        return {"dsn": "postgresql://?" + urlencode(self.tls)} if self.tls else {}
+
+
+def parse(text: str) -> DatabaseUrl:
+    """Check a database URL and split off its TLS parameters. Refuses, with a ``ConfigurationError`` naming
+    the parameter and never a value: another scheme, an unparsable URL or port, an unknown or repeated
+    parameter, an sslmode libpq does not know, ``ssl`` beside ``sslmode``, certificate files with a mode
+    that may fall back to plain text, half a client key pair, ``sslpassword`` without ``sslkey``, a
+    verifying mode with no root certificate to verify against, and files that cannot be read or loaded."""
+    if not text.startswith(f"{SCHEME}://"):
+        raise _refuse(f"not a {SCHEME}:// URL")
+    try:
+        url = make_url(text)
+        port = url.port
+    except ArgumentError:
+        raise _refuse("not a URL") from None
+    except ValueError:
+        raise _refuse("port is not a number") from None
+    if port is not None and not 0 < port < 65536:
+        raise _refuse("port out of range")
+    query = dict(url.query)
+    for name, value in query.items():
+        if name not in PARAMETERS:
+            raise _refuse(f"unknown parameter {name}" if _NAME.fullmatch(name) else "unknown parameter")
+        if not isinstance(value, str):
+            raise _refuse(f"{name} given more than once")
+    if "ssl" in query and "sslmode" in query:
+        raise _refuse("ssl and sslmode contradict each other: give sslmode only")
+    tls = {name: query[name] for name in TLS_PARAMETERS if name in query}
+    if "ssl" in query:
+        tls["sslmode"] = query["ssl"]
+    _check(tls)
+    return DatabaseUrl(url.difference_update_query(["ssl", *TLS_PARAMETERS]), tls)
+
+
+def _check(tls: dict[str, str]) -> None:
+    mode = tls.get("sslmode")
+    if mode is not None and mode not in MODES:
+        raise _refuse(f"sslmode not one of {', '.join(MODES)}")
+    if tls.get("sslrootcert") == "system":  # libpq 16: the system's roots, and only with host name checks
+        mode = tls.setdefault("sslmode", "verify-full")
+        if mode != "verify-full":
+            raise _refuse("sslrootcert=system needs sslmode=verify-full")
+    files = [name for name in (*_FILES, "sslpassword") if name in tls]
+    if files and MODES.index(mode or "prefer") < MODES.index("require"):
+        raise _refuse(f"{files[0]} needs sslmode require, verify-ca or verify-full (a weaker mode may not use it)")
+    if ("sslcert" in tls) != ("sslkey" in tls):
+        raise _refuse("sslcert and sslkey go together" if "sslkey" in tls else "sslcert needs sslkey")
+    if "sslpassword" in tls and "sslkey" not in tls:
+        raise _refuse("sslpassword needs sslkey")
+    if mode in ("verify-ca", "verify-full") and "sslrootcert" not in tls and not _default_root():
+        raise _refuse(f"sslmode={mode} needs sslrootcert (the CA certificates to verify the server against)")
+    for name in _FILES:
+        if name in tls and not (name == "sslrootcert" and tls[name] == "system"):
+            if not os.access(tls[name], os.R_OK) or not Path(tls[name]).is_file():
+                raise _refuse(f"{name} is not a readable file")
+    try:
+        if "sslrootcert" in tls and tls["sslrootcert"] != "system":
+            ssl.create_default_context(cafile=tls["sslrootcert"])
+    except (ssl.SSLError, ValueError):
+        raise _refuse("sslrootcert holds no PEM certificate") from None
+    try:
+        if "sslcert" in tls:
+            password = tls.get("sslpassword", "")
+            ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT).load_cert_chain(
+                tls["sslcert"], tls["sslkey"], password=lambda: password
+            )
+    except (ssl.SSLError, ValueError):
+        raise _refuse("sslcert and sslkey do not load (a key that needs sslpassword, or the wrong one?)") from None
+
+
+def _default_root() -> bool:
+    """Whether libpq would find a root certificate without ``sslrootcert``: ``PGSSLROOTCERT`` or
+    ``~/.postgresql/root.crt``."""
+    if os.environ.get("PGSSLROOTCERT"):
+        return True
+    return (Path.home() / ".postgresql" / "root.crt").is_file()
+
+
+def tls_cause(error: BaseException) -> str | None:
+    """The content-free cause of a connection that failed in TLS, or ``None`` when ``error`` is not one:
+    ``tls_hostname_mismatch`` (verify-full: the certificate names another host), ``tls_untrusted_certificate``
+    (not signed by a trusted CA), ``tls_handshake_failed``, ``tls_not_offered`` (the server has no TLS) and
+    ``tls_required`` (the server accepts this connection only over TLS)."""
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return "tls_hostname_mismatch" if error.verify_code == _HOSTNAME_MISMATCH else "tls_untrusted_certificate"
+    if isinstance(error, ssl.SSLError):
+        return "tls_handshake_failed"
+    if type(error) is ConnectionError and "rejected SSL upgrade" in str(error):
+        return "tls_not_offered"
+    if isinstance(error, asyncpg.InvalidAuthorizationSpecificationError) and str(error).endswith("no encryption"):
+        return "tls_required"
+    return None
