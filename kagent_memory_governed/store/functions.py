@@ -1,14 +1,30 @@
-"""The hot path's database functions and procedure (migration 0007) as statements built once, at import: each is a call
+"""The database functions and procedure of the hot path, as statements built once, at import: each is a call
 whose every value is a bound parameter, executed with ``Database.call(statement, parameters)``. The
-parameter names and types here are the functions' signatures as the store uses them."""
+parameter names and types here are the functions' signatures as the store uses them.
+
+Each function's current definition is its source file, ``store/sql/<name>.sql`` (``sources``); migrations
+install frozen copies of them (``migrations/replaceable.py``), and ``tests/test_database_functions.py`` holds a
+migrated database against these sources.
+"""
 
 from __future__ import annotations
+
+from importlib.resources import files
 
 from sqlalchemy import BigInteger, Boolean, DateTime, Double, Integer, Select, Text, bindparam, func, select, text
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.types import TypeEngine
 
 from kagent_memory_governed.store.database import Vectors
+
+
+def sources() -> dict[str, str]:
+    """The current definition of every database function and procedure, by name: the text of
+    ``store/sql/<name>.sql``, one ``CREATE OR REPLACE`` statement each."""
+    directory = files(__package__) / "sql"
+    found = (path for path in directory.iterdir() if path.name.endswith(".sql"))
+    return {path.name.removesuffix(".sql"): path.read_text("utf-8") for path in sorted(found, key=lambda p: p.name)}
+
 
 _SCOPE = {"scope": UUID(), "generation": BigInteger(), "now": DateTime(timezone=True)}
 
