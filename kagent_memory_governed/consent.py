@@ -1,16 +1,14 @@
 """Consent as values, and when an unfinished erasure blocks the subject's own requests.
 
 The fence itself (is work admitted under generation *g* still allowed now?) is the database function
-``governed_memory.fence`` (migration 0007), applied in the statement that does the work: it refuses a
-missing scope record (``consent_missing``), a disabled one (``consent_disabled``), one whose consent has
+``governed_memory.fence`` (``store/sql/fence.sql``), applied in the statement that does the work: it refuses
+a missing scope record (``consent_missing``), a disabled one (``consent_disabled``), one whose consent has
 expired (``consent_expired``) and a stale generation (``consent_stale``), in that order.
 """
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass
-from datetime import datetime
 from enum import StrEnum
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
@@ -28,23 +26,6 @@ class Erasure(StrEnum):
     FAILED = "failed"
 
 
-@dataclass(frozen=True, slots=True)
-class ScopeState:
-    """The durable scope record as the fence sees it."""
-
-    enabled: bool
-    generation: int
-    consent_expires_at: datetime | None
-    erasure: Erasure | None
-    max_expiry_seconds: int
-    entry_cap: int
-
-    @property
-    def interrupted(self) -> bool:
-        """An erasure began and has not been verified: the scope may not resume on an assumption."""
-        return self.erasure in (Erasure.PENDING, Erasure.FAILED)
-
-
 def admit_generation(generation: object) -> int:
     """A consent generation is an integer from 1 to ``MAX_GENERATION``; anything else is ``bad_input``."""
     return admit_int(generation, low=1, high=MAX_GENERATION)
@@ -57,13 +38,12 @@ def admit_label(value: object) -> str:
     return value
 
 
-def grant_refusal(state: ScopeState | None) -> Reason | None:
-    """Why consent cannot be granted, one entry forgotten, nor the entries inspected, now: an interrupted
-    erasure must be completed first (R9)."""
-    if state is None:
-        return None
-    if state.erasure is Erasure.PENDING:
+def grant_refusal(erasure: Erasure | None) -> Reason | None:
+    """Why consent cannot be granted, one entry forgotten, nor the entries inspected, while the scope's last
+    erasure stands at ``erasure`` (``None``: none, or no scope record): an unfinished erasure must be completed
+    first (R9)."""
+    if erasure is Erasure.PENDING:
         return Reason.ERASURE_PENDING
-    if state.erasure is Erasure.FAILED:
+    if erasure is Erasure.FAILED:
         return Reason.ERASURE_FAILED
     return None

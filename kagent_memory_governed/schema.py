@@ -7,12 +7,15 @@ whose controller extends expiry on access. Content (text, vectors) is only in ``
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from pgvector.sqlalchemy import VECTOR
 from sqlalchemy import (
     BigInteger,
     Boolean,
     CheckConstraint,
     Column,
+    ColumnElement,
     DateTime,
     Float,
     ForeignKey,
@@ -91,6 +94,14 @@ entries = Table(
     ),
     Index("entries_by_expiry", "expires_at"),
 )
+
+
+def live(now: datetime) -> ColumnElement[bool]:
+    """An entry is live, readable by anyone, until its expiry: ``expires_at > now`` on the application clock
+    (expiry is authorization, R19). The database functions that read entries state it once each
+    (``store/sql/search.sql``, ``write.sql``)."""
+    return entries.c.expires_at > now
+
 
 # Content-free evidence: an operation type, a result, a reason code, counts and opaque ids.
 # The CHECKs make free text impossible at the database, not only by convention.

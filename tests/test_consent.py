@@ -7,19 +7,13 @@ from datetime import UTC, datetime, timedelta
 import asyncpg
 import pytest
 
-from kagent_memory_governed.consent import Erasure, ScopeState, admit_generation, admit_label, grant_refusal
+from kagent_memory_governed.consent import Erasure, admit_generation, admit_label, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
 
-def state(**changes: object) -> ScopeState:
-    values = dict(enabled=True, generation=3, consent_expires_at=None, erasure=None, max_expiry_seconds=60, entry_cap=5)
-    values.update(changes)
-    return ScopeState(**values)
-
-
-# The fence is the database function every hot-path statement applies (migration 0007); here on its own.
+# The fence is the database function every hot-path statement applies (store/sql/fence.sql); here on its own.
 FENCE = (
     "SELECT governed_memory.fence(s, $2, $3) FROM jsonb_populate_record(NULL::governed_memory.scopes, $1::jsonb) AS s"
 )
@@ -70,9 +64,9 @@ async def test_consent_valid_until_later_passes(fenced: asyncpg.Connection) -> N
 
 def test_an_unfinished_erasure_blocks_a_new_grant() -> None:
     assert grant_refusal(None) is None
-    assert grant_refusal(state(erasure=Erasure.VERIFIED)) is None
-    assert grant_refusal(state(enabled=False, erasure=Erasure.PENDING)) is Reason.ERASURE_PENDING
-    assert grant_refusal(state(enabled=False, erasure=Erasure.FAILED)) is Reason.ERASURE_FAILED
+    assert grant_refusal(Erasure.VERIFIED) is None
+    assert grant_refusal(Erasure.PENDING) is Reason.ERASURE_PENDING
+    assert grant_refusal(Erasure.FAILED) is Reason.ERASURE_FAILED
 
 
 @pytest.mark.parametrize("value", [0, -1, True, "1", 1.0, None])

@@ -10,9 +10,9 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, admit_label, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
-from kagent_memory_governed.schema import entries, scopes
+from kagent_memory_governed.schema import entries, live, scopes
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store.database import Database, record, refuse, scope_state
+from kagent_memory_governed.store.database import Database, erasure_state, record, refuse
 from kagent_memory_governed.store.values import ErasureRecord, Grant, Status
 
 
@@ -45,7 +45,8 @@ async def grant(
             )
             .on_conflict_do_nothing(index_elements=[scopes.c.scope_id])
         )
-        refusal = grant_refusal(await scope_state(conn, sid, lock=True))
+        _, erasure = await erasure_state(conn, sid, lock=True)
+        refusal = grant_refusal(erasure)
         if refusal is not None:
             await refuse(conn, Operation.GRANT, refusal, scope_id=sid, at=now)
         generation = await conn.scalar(
@@ -72,12 +73,7 @@ async def grant(
 async def status(db: Database, key: ScopeKey) -> Status:
     sid = key.scope_id
     now = clock.now()
-    live = (
-        select(func.count())
-        .select_from(entries)
-        .where(entries.c.scope_id == sid, entries.c.expires_at > now)
-        .scalar_subquery()
-    )
+    counted = select(func.count()).select_from(entries).where(entries.c.scope_id == sid, live(now)).scalar_subquery()
     async with db.transaction(durable=False) as conn:
         row = (
             await conn.execute(
@@ -90,7 +86,7 @@ async def status(db: Database, key: ScopeKey) -> Status:
                     scopes.c.entry_cap,
                     scopes.c.erasure,
                     scopes.c.erasure_at,
-                    live.label("live"),
+                    counted.label("live"),
                 ).where(scopes.c.scope_id == sid)
             )
         ).one_or_none()

@@ -15,10 +15,10 @@ from kagent_memory_governed import clock
 from kagent_memory_governed.consent import admit_generation, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
-from kagent_memory_governed.schema import entries
+from kagent_memory_governed.schema import entries, live
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import functions
-from kagent_memory_governed.store.database import Database, raise_refusal, record, refuse, scope_state
+from kagent_memory_governed.store.database import Database, erasure_state, raise_refusal, record, refuse
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
 
 
@@ -90,7 +90,7 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
     now = clock.now()
     query = (
         select(entries.c.entry_id, entries.c.text, entries.c.created_at, entries.c.expires_at)
-        .where(entries.c.scope_id == sid, entries.c.expires_at > now)
+        .where(entries.c.scope_id == sid, live(now))
         .order_by(entries.c.created_at, entries.c.entry_id)
         .limit(limit + 1)
     )
@@ -98,7 +98,8 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
         query = query.where(tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(*after))
     async with db.transaction(durable=False) as conn:
         # entries an unfinished erasure is removing are never shown: only the state (``status``) is
-        refusal = grant_refusal(await scope_state(conn, sid, lock=False))
+        _, erasure = await erasure_state(conn, sid, lock=False)
+        refusal = grant_refusal(erasure)
         if refusal is not None:
             await refuse(conn, Operation.INSPECT, refusal, scope_id=sid, at=now)
         rows = (await conn.execute(query)).all()

@@ -30,7 +30,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import functions
-from kagent_memory_governed.store.database import Database, record, refuse, scope_state
+from kagent_memory_governed.store.database import Database, erasure_state, record, refuse
 from kagent_memory_governed.store.values import Erased, Offboarded
 
 T = TypeVar("T")
@@ -156,15 +156,15 @@ async def _erase(
     rows = await db.call(fence.returning(scopes.c.generation))  # the fence commits first, in one round trip
     if not rows:  # refused, or never consented: decided and recorded under the scope lock
         async with db.transaction() as conn:
-            state = await scope_state(conn, sid, lock=True)
+            recorded, erasure = await erasure_state(conn, sid, lock=True)
             if entry_id is not None:
-                refusal = grant_refusal(state)
+                refusal = grant_refusal(erasure)
                 held = select(literal(True)).where(entries.c.scope_id == sid, entries.c.entry_id == entry_id)
-                if refusal is None and (state is None or not await conn.scalar(held)):
+                if refusal is None and (not recorded or not await conn.scalar(held)):
                     refusal = Reason.NOT_FOUND
                 if refusal is not None:
                     await refuse(conn, operation, refusal, scope_id=sid, at=now)
-            if state is None:  # nothing to fence or erase
+            if not recorded:  # nothing to fence or erase
                 await record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
                 return Erased(0, 0)
             rows = (await conn.execute(fence.returning(scopes.c.generation))).all()  # it changed meanwhile

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import delete, select, tuple_
+from sqlalchemy import delete, not_, select, tuple_
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
-from kagent_memory_governed.schema import entries, ledger, replays, scopes, turns, usage
+from kagent_memory_governed.schema import entries, ledger, live, replays, scopes, turns, usage
 from kagent_memory_governed.store import erasure
 from kagent_memory_governed.store.database import Database, record
 
@@ -21,7 +21,7 @@ async def sweep(db: Database, *, batch: int) -> int:
     while True:
         doomed = (
             select(entries.c.scope_id, entries.c.entry_id)
-            .where(entries.c.expires_at <= now)
+            .where(not_(live(now)))
             .limit(batch)
             .with_for_update(skip_locked=True)
         )
