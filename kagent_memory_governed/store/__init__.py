@@ -193,8 +193,9 @@ class Store:
         await erasure.finishing(self._db, key.scope_id, admitted)
 
     async def claim_once(self, jti: str, valid_until: datetime) -> None:
-        """Accept a token id once, on every replica; a second claim is ``assertion_replayed``.
-        The record is kept until ``valid_until`` (the token's expiry plus leeway), then swept."""
+        """Accept a token id once, on every replica; a second claim is ``assertion_replayed``. Decided on the
+        database's clock, which replicas share: the record is kept until that clock passes ``valid_until`` (the
+        token's expiry plus leeway), then swept, and a token that clock has seen expire is ``bad_assertion``."""
         await admission.claim_once(self._db, jti, valid_until)
 
     # -- data plane (fenced by generation) ----------------------------------------------------------

@@ -9,13 +9,17 @@ trip, under the scope lock, in state every replica shares:
 - every summarization, prefetch subquery, explicit load or save and embedding item is one unit of
   the scope's rolling hourly ceiling, ``scope_ops_per_hour``.
 
-Admitted work is recorded as used; refused work is not, and leaves a ledger row. Also: control tokens,
-each accepted once."""
+Admitted work is recorded as used; refused work is not, and leaves a ledger row.
+
+Also: single-use control tokens, each spent once on every replica. Replicas verify a token on their own
+clocks, which may disagree; whether it may still be spent is decided on the one clock they share, the
+database's (see ``claim_once``)."""
 
 from __future__ import annotations
 
 from datetime import datetime
 
+from sqlalchemy import func
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from kagent_memory_governed import clock
@@ -48,12 +52,22 @@ async def admit(db: Database, key: ScopeKey, generation: int, operation: str, *,
 
 
 async def claim_once(db: Database, jti: str, valid_until: datetime) -> None:
+    """Spend token ``jti``, valid until ``valid_until`` (its expiry plus the leeway), once on every replica.
+
+    Its record is kept until the database's clock passes ``valid_until`` (``sweep`` deletes by that clock too),
+    and a token is spent only while the database's clock is before ``valid_until``, read after the record is in
+    place: a record can only have been swept once that clock passed it, so a token whose record is gone can
+    never be spent again, whatever the clocks of the replicas that verify it, sweep or replay it. Refuses a
+    second claim (``assertion_replayed``) and a token the database's clock has seen expire (``bad_assertion``:
+    a replica whose clock runs behind it by more than the leeway still accepted it)."""
     async with db.transaction() as conn:
-        claimed = await conn.scalar(
+        spendable = await conn.scalar(
             pg_insert(replays)
             .values(jti=jti, expires_at=valid_until)
             .on_conflict_do_nothing(index_elements=[replays.c.jti])
-            .returning(replays.c.jti)
+            .returning(func.clock_timestamp() < replays.c.expires_at)  # evaluated once the row is inserted
         )
-        if claimed is None:
+        if spendable is None:
             await refuse(conn, Operation.CLAIM, Reason.ASSERTION_REPLAYED)
+        if not spendable:  # the record stays until swept: a later claim is a replay
+            await refuse(conn, Operation.CLAIM, Reason.BAD_ASSERTION)

@@ -1,11 +1,13 @@
 """Maintenance, safe on every replica: unfinished erasures are completed (R9), expired entries are deleted
-physically (R19), and ledger records, token claims, usage records and turns past their use are pruned."""
+physically (R19), and ledger records, token claims, usage records and turns past their use are pruned.
+Entries expire on the application clock bound into the statement; token claims on the database's clock,
+the one every replica shares (``admission.claim_once``)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-from sqlalchemy import delete, not_, select, tuple_
+from sqlalchemy import delete, func, not_, select, tuple_
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
@@ -40,7 +42,7 @@ async def sweep(db: Database, *, batch: int) -> int:
         if pruned < batch:
             break
     async with db.transaction() as conn:
-        await conn.execute(delete(replays).where(replays.c.expires_at <= now))
+        await conn.execute(delete(replays).where(replays.c.expires_at <= func.now()))  # the database's clock
         await conn.execute(delete(usage).where(usage.c.at <= now - timedelta(hours=1)))
         # turns can only be collected under their scope's current generation, and not after the ceiling
         await conn.execute(
