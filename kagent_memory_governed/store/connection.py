@@ -35,7 +35,7 @@ TLS_PARAMETERS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword")
 PARAMETERS = frozenset({"host", "ssl", *TLS_PARAMETERS})
 _FILES = ("sslrootcert", "sslcert", "sslkey")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
-_HOSTNAME_MISMATCH = 62  # X509_V_ERR_HOSTNAME_MISMATCH
+_NAME_MISMATCH = frozenset({62, 64})  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
 
 
 def _refuse(problem: str) -> ConfigurationError:
@@ -146,7 +146,7 @@ def tls_cause(error: BaseException) -> str | None:
     (not signed by a trusted CA), ``tls_handshake_failed``, ``tls_not_offered`` (the server has no TLS) and
     ``tls_required`` (the server accepts this connection only over TLS)."""
     if isinstance(error, ssl.SSLCertVerificationError):
-        return "tls_hostname_mismatch" if error.verify_code == _HOSTNAME_MISMATCH else "tls_untrusted_certificate"
+        return "tls_hostname_mismatch" if error.verify_code in _NAME_MISMATCH else "tls_untrusted_certificate"
     if isinstance(error, ssl.SSLError):
         return "tls_handshake_failed"
     if type(error) is ConnectionError and "rejected SSL upgrade" in str(error):
