@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from collections.abc import Callable
 from contextvars import ContextVar
 from typing import Any
@@ -29,6 +30,12 @@ OWN_LOGGERS = "kagent_memory_governed"
 # of memory work: its records are always withheld. Parameters are hidden at the engine as well.
 ALWAYS_WITHHELD = ("sqlalchemy.engine",)
 WITHHELD = "[withheld]"
+ACCESS_LOGGER = "uvicorn.access"
+_RECORD_ATTRIBUTES = frozenset(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+_HTTP_METHODS = frozenset({"GET", "HEAD", "POST", "PUT", "DELETE", "PATCH", "OPTIONS"})
+_ADDRESS = re.compile(r"[0-9A-Fa-f:.\[\]]{1,64}")
+_SAFE_PATH = re.compile(r"/[A-Za-z0-9/._~-]{0,255}")
+_HTTP_VERSION = re.compile(r"[0-9](\.[0-9])?")
 # Span attributes whose string values are identifiers or fixed vocabulary, never content.
 SAFE_SPAN_KEYS = frozenset(
     {
@@ -82,18 +89,43 @@ class WithheldError(RuntimeError):
 
 def scrub_record(record: logging.LogRecord) -> logging.LogRecord:
     """Withhold a record's content if it was created inside memory work (outside this package), or if it
-    comes from the store's driver layer."""
-    if record.name == OWN_LOGGERS or record.name.startswith(OWN_LOGGERS + "."):
+    comes from the store's driver layer. The record keeps the shape every formatter expects (uvicorn's,
+    kagent's, ``logging.basicConfig``'s, JSON formatters that print extra attributes): its message becomes
+    a fixed text naming its code location, its arguments empty, its extra attributes ``[withheld]``; an
+    access line keeps its method, content-free path, HTTP version and status."""
+    name = record.name if isinstance(record.name, str) else ""  # logging.makeLogRecord makes one named None
+    if name == OWN_LOGGERS or name.startswith(OWN_LOGGERS + "."):
         return record
-    if not _memory_work.get() and not record.name.startswith(ALWAYS_WITHHELD):
+    if not _memory_work.get() and not name.startswith(ALWAYS_WITHHELD):
+        return record
+    if name == ACCESS_LOGGER and isinstance(record.args, tuple) and len(record.args) == 5:
+        record.args = _access_arguments(*record.args)
         return record
     kind = record.exc_info[0].__name__ if record.exc_info and record.exc_info[0] else None
     record.msg = f"record withheld inside memory work ({record.module}:{record.lineno}{f', {kind}' if kind else ''})"
-    record.args = None
+    record.args = ()
     record.exc_info = None
     record.exc_text = None
     record.stack_info = None
+    for name in set(vars(record)) - _RECORD_ATTRIBUTES:  # extra={...}: some formatters print every one
+        setattr(record, name, WITHHELD)
+    if "color_message" in vars(record):  # uvicorn's coloured formatters print this instead of msg
+        record.color_message = record.msg
     return record
+
+
+def _access_arguments(client: object, method: object, path: object, version: object, status: object) -> tuple:
+    """uvicorn's access-line arguments, content-free: a path of a route that matched (no query string, only
+    URL-safe characters: ``/`` or an opaque entry id), else withheld."""
+    matched = isinstance(status, int) and status not in (404, 405)
+    path = path.partition("?")[0] if isinstance(path, str) else ""
+    return (
+        client if isinstance(client, str) and _ADDRESS.fullmatch(client) else WITHHELD,
+        method if method in _HTTP_METHODS else WITHHELD,
+        path if matched and _SAFE_PATH.fullmatch(path) else WITHHELD,
+        version if isinstance(version, str) and _HTTP_VERSION.fullmatch(version) else WITHHELD,
+        status if isinstance(status, int) else 0,
+    )
 
 
 def install_log_boundary() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 
@@ -195,7 +196,7 @@ async def test_a_failing_model_response_body_is_withheld(sinks: Sinks, agent, mo
     answer = await send(agent, sinks, bridge, "hello, a question that fails", generation)
     assert model.chats  # the model was called and raised with the body
     assert answer["result"]["status"]["state"] == "failed"
-    assert "detail withheld" in json.dumps(answer)
+    assert "model_failed" in json.dumps(answer)  # the model raised: google-adk's on_model_error, the boundary's
     await sinks.assert_absent(sentinel)
 
 
@@ -297,5 +298,77 @@ def test_a_record_made_inside_memory_work_keeps_only_its_location():
     finally:
         redaction.leave(token)
     assert scrubbed.getMessage() == "record withheld inside memory work (lib:42, ValueError)"
-    assert scrubbed.exc_info is None and scrubbed.args is None
+    assert scrubbed.exc_info is None and scrubbed.args == ()
     assert own.getMessage() == "refused: x"
+
+
+class JsonFormatter(logging.Formatter):
+    """Like python-json-logger: the message and every attribute a record carries beyond the standard ones."""
+
+    STANDARD = set(vars(logging.LogRecord("", 0, "", 0, "", (), None))) | {"message", "asctime"}
+
+    def format(self, record: logging.LogRecord) -> str:
+        extra = {k: v for k, v in vars(record).items() if k not in self.STANDARD}
+        return json.dumps({"message": record.getMessage(), "level": record.levelname, **extra}, default=str)
+
+
+def formatters() -> list[logging.Formatter]:
+    from kagent.core._logging import LOG_FORMAT
+    from uvicorn.logging import AccessFormatter, DefaultFormatter
+
+    return [
+        AccessFormatter('%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=False),
+        AccessFormatter('%(levelprefix)s %(client_addr)s - "%(request_line)s" %(status_code)s', use_colors=True),
+        DefaultFormatter("%(levelprefix)s %(message)s", use_colors=True),
+        logging.Formatter(LOG_FORMAT),  # kagent's
+        logging.Formatter(logging.BASIC_FORMAT),
+        JsonFormatter(),
+    ]
+
+
+def made_inside_memory_work(name: str, msg: str, args: object, **extra: object) -> logging.LogRecord:
+    from kagent_memory_governed import redaction
+
+    token = redaction.enter(True)
+    try:
+        record = logging.getLogRecordFactory()(name, logging.INFO, "/x/h11_impl.py", 7, msg, args, None)
+        record.__dict__.update(extra)
+        return scrub_record(record)
+    finally:
+        redaction.leave(token)
+
+
+@pytest.mark.parametrize(
+    ("path", "status", "shown"),
+    [
+        ("/", 200, '"POST / HTTP/1.1" 200'),
+        (
+            "/memory/v1/entries/0b8e4f5a-6d0c-4f7e-9a41-5f2b8c1d9e30",
+            200,
+            "/entries/0b8e4f5a-6d0c-4f7e-9a41-5f2b8c1d9e30 ",
+        ),
+        ("/memory/v1/entries?limit=5&cursor=SENTINEL-QUERY", 200, '"POST /memory/v1/entries HTTP/1.1" 200'),
+        ("/SENTINEL-PATH-no-such-route", 404, '"POST [withheld] HTTP/1.1" 404'),
+        ("/has spaces SENTINEL", 200, '"POST [withheld] HTTP/1.1" 200'),
+    ],
+)
+def test_an_access_line_inside_memory_work_keeps_method_route_and_status_for_every_formatter(path, status, shown):
+    record = made_inside_memory_work(
+        "uvicorn.access", '%s - "%s %s HTTP/%s" %d', ("127.0.0.1:5000", "POST", path, "1.1", status)
+    )
+    for formatter in formatters()[:2]:
+        line = re.sub(r"\x1b\[[0-9;]*m", "", formatter.format(logging.makeLogRecord(vars(record))))  # colours
+        assert shown in line and "SENTINEL" not in line and "127.0.0.1:5000" in line
+    for formatter in formatters()[2:]:
+        assert "SENTINEL" not in formatter.format(logging.makeLogRecord(vars(record)))
+
+
+def test_every_formatter_formats_a_withheld_record_with_extras_and_colours(capsys):
+    record = made_inside_memory_work(
+        "a2a.server.apps", "Request body: %s", ("SENTINEL-BODY",), color_message="body %s", query="SENTINEL-EXTRA"
+    )
+    for formatter in formatters()[2:]:
+        line = formatter.format(logging.makeLogRecord(vars(record)))
+        assert "record withheld inside memory work" in line and "SENTINEL" not in line
+    odd = made_inside_memory_work("uvicorn.access", "%s %s", ("SENTINEL-A", "SENTINEL-B"))  # not uvicorn's shape
+    assert "SENTINEL" not in logging.Formatter(logging.BASIC_FORMAT).format(odd)
