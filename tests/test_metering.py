@@ -13,6 +13,7 @@ import httpx
 import pytest
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from sqlalchemy import event
+from support import free_port
 
 from kagent_memory_governed import metering
 from kagent_memory_governed.errors import ConfigurationError, Reason
@@ -118,33 +119,137 @@ metrics.get_meter_provider().force_flush()
 """
 
 
-def test_the_counter_is_exported_the_standard_opentelemetry_way():
+def export(env: dict[str, str], script: str = EXPORTING) -> subprocess.CompletedProcess[str]:
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run(
+        [sys.executable, "-c", script], env={**clean, **env}, capture_output=True, text=True, timeout=60
+    )
+
+
+class Collector(http.server.BaseHTTPRequestHandler):
     received: list[bytes] = []
 
-    class Collector(http.server.BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            received.append(self.rfile.read(int(self.headers["Content-Length"])))
-            self.send_response(200)
-            self.end_headers()
+    def do_POST(self) -> None:
+        self.received.append(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.end_headers()
 
-        def log_message(self, *args) -> None:
-            return None
+    def log_message(self, *args) -> None:
+        return None
 
+
+def test_an_exporter_list_exports_to_each_the_standard_opentelemetry_way():
+    Collector.received = []
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector) as collector:
         threading.Thread(target=collector.serve_forever, daemon=True).start()
-        env = {
-            **os.environ,
-            "OTEL_METRICS_EXPORTER": "otlp",
-            "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
-            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}/v1/metrics",
-        }
-        result = subprocess.run([sys.executable, "-c", EXPORTING], env=env, capture_output=True, text=True, timeout=60)
+        result = export(
+            {
+                "OTEL_METRICS_EXPORTER": "otlp, console",
+                "OTEL_EXPORTER_OTLP_PROTOCOL": "http/protobuf",
+                "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT": f"http://127.0.0.1:{collector.server_address[1]}/v1/metrics",
+            }
+        )
         collector.shutdown()
     assert result.returncode == 0, result.stderr
-    assert any(b"governed_memory.operations" in body and b"load" in body for body in received)
+    assert any(b"governed_memory.operations" in body and b"load" in body for body in Collector.received)
+    assert '"name": "governed_memory.operations"' in result.stdout  # the console exporter's JSON
 
 
-def test_an_exporter_that_is_not_installed_is_a_configuration_error(monkeypatch: pytest.MonkeyPatch):
-    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "prometheus")
-    with pytest.raises(ConfigurationError, match="^OTEL_METRICS_EXPORTER"):
-        metering.export_from_environment()
+def test_the_prometheus_exporter_serves_the_counter_when_its_package_is_installed():
+    port = free_port()
+    script = EXPORTING + f"print(httpx.get('http://127.0.0.1:{port}/metrics').text)\n"
+    result = export(
+        {"OTEL_METRICS_EXPORTER": "prometheus", "OTEL_EXPORTER_PROMETHEUS_PORT": str(port)}, "import httpx\n" + script
+    )
+    assert result.returncode == 0, result.stderr
+    assert 'governed_memory_operations_total{operation="load",reason="none",result="ok"} 1.0' in result.stdout
+
+
+def test_without_its_package_the_prometheus_exporter_is_one_line_naming_the_package():
+    script = (
+        "import sys; sys.modules['opentelemetry.exporter.prometheus'] = None\n"  # as if it were not installed
+        "from kagent_memory_governed import metering\n"
+        "try:\n    metering.export_from_environment()\n"
+        "except metering.ConfigurationError as error:\n    print(error)\n"
+    )
+    result = export({"OTEL_METRICS_EXPORTER": "otlp,prometheus"}, script)
+    assert (result.returncode, result.stdout) == (
+        0,
+        "OTEL_METRICS_EXPORTER=prometheus needs the package opentelemetry-exporter-prometheus"
+        " (pip install 'kagent-memory-governed[prometheus]')\n",
+    )
+
+
+@pytest.mark.parametrize(
+    ("value", "exporters"),
+    [
+        (None, ()),
+        ("", ()),
+        ("none", ()),
+        ("otlp", ("otlp",)),
+        ("otlp,console", ("otlp", "console")),
+        (" OTLP , console,otlp,", ("otlp", "console")),
+        ("prometheus,otlp", ("prometheus", "otlp")),
+    ],
+)
+def test_the_exporter_variable_is_a_comma_separated_list(value: str | None, exporters: tuple[str, ...]):
+    assert metering.exporters_from(value) == exporters
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("zipkin", "OTEL_METRICS_EXPORTER: unknown exporter zipkin (one of otlp, prometheus, console, none)"),
+        ("otlp,SECRET VALUE", "OTEL_METRICS_EXPORTER: unknown exporter (one of otlp, prometheus, console, none)"),
+        ("none,otlp", "OTEL_METRICS_EXPORTER: none cannot be combined with another exporter"),
+    ],
+)
+def test_an_unknown_exporter_or_none_in_a_list_is_refused_in_one_line(value: str, message: str):
+    with pytest.raises(ConfigurationError) as refused:
+        metering.exporters_from(value)
+    assert str(refused.value) == message
+
+
+def gauges(reader: InMemoryMetricReader) -> dict[tuple[str, str], float]:
+    found: dict[tuple[str, str], float] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data else []:
+        for scope_metrics in resource.scope_metrics:
+            for metric in scope_metrics.metrics:
+                if metric.name.startswith(("governed_memory.store", "governed_memory.erasures")):
+                    for point in metric.data.data_points:
+                        (label,) = point.attributes.values()
+                        found[(metric.name, label)] = point.value
+    return found
+
+
+async def test_the_gauges_report_store_availability_and_unfinished_erasures(metric_reader, store, key, sql, tmp_path):
+    from kagent_memory_governed import health
+    from kagent_memory_governed.policy import Policy
+    from kagent_memory_governed.store import Store
+
+    assert await health.observe(store) is None
+    assert gauges(metric_reader) == {
+        ("governed_memory.store.available", "none"): 1,
+        ("governed_memory.erasures.unfinished", "pending"): 0,
+        ("governed_memory.erasures.unfinished", "failed"): 0,
+    }
+    await store.grant(key, purpose="assist", policy_version="v1")
+    await sql.execute(
+        "UPDATE governed_memory.scopes SET enabled = false, erasure = 'failed' WHERE scope_id = $1", key.scope_id
+    )
+    await health.observe(store)
+    assert gauges(metric_reader)[("governed_memory.erasures.unfinished", "failed")] == 1
+    gone = Store.connect(f"postgresql+asyncpg://postgres@/postgres?host={tmp_path}", Policy())
+    try:
+        assert await health.observe(gone) is Reason.STORE_UNAVAILABLE
+    finally:
+        await gone.close()
+    assert gauges(metric_reader) == {("governed_memory.store.available", "store_unavailable"): 0}
+
+
+def test_a_health_label_outside_its_set_is_a_programming_error():
+    with pytest.raises(ValueError):
+        metering.observe_store(metering.StoreHealth("@alice:example.org", None))
+    with pytest.raises(ValueError):
+        metering.observe_store(metering.StoreHealth(None, {"room": 1}))

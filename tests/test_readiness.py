@@ -69,3 +69,15 @@ async def test_a_readiness_check_logs_nothing_at_info(store: Store, caplog: pyte
         assert await ready(app_over(store)) == (200, {"ready": True})
     # the test's own HTTP client logs its request; the probe and the store log nothing
     assert [(record.name, record.getMessage()) for record in caplog.records if record.name != "httpx"] == []
+
+
+async def test_while_the_app_runs_the_gauges_have_the_stores_state(store: Store, metric_reader):
+    from test_metering import gauges
+
+    from kagent_memory_governed import metering
+    from kagent_memory_governed.errors import Reason
+
+    metering.observe_store(metering.StoreHealth(Reason.STORE_UNAVAILABLE, None))  # whatever was seen before
+    app = app_over(store)
+    async with app.router.lifespan_context(app):
+        assert gauges(metric_reader)[("governed_memory.store.available", "none")] == 1

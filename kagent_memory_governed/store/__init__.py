@@ -44,6 +44,7 @@ from datetime import datetime
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 
 from kagent_memory_governed import redaction
+from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
@@ -157,8 +158,14 @@ class Store:
 
     async def check_ready(self) -> None:
         """Refuse to serve unless the server and pgvector are supported (``unsupported_database``) and the
-        schema and installed pgvector are what this package migrates to (``schema_outdated``: run ``migrate``)."""
+        schema and installed pgvector are what this package migrates to (``schema_missing``, ``schema_newer``,
+        ``schema_outdated``: run ``migrate``)."""
         await schema_admin.check_ready(self._db)
+
+    async def unfinished_erasures(self) -> dict[Erasure, int]:
+        """How many scopes of the database have an erasure ``pending`` or ``failed``: counts, for the health
+        gauges. Refuses ``store_unavailable``."""
+        return await schema_admin.unfinished_erasures(self._db)
 
     # -- consent ------------------------------------------------------------------------------------
 

@@ -1,4 +1,5 @@
-"""Schema administration through alembic's own API: migrate to head, read the revision, check readiness."""
+"""Schema administration through alembic's own API: migrate to head, read the revision, check readiness;
+and the content-free counts the health gauges report."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from sqlalchemy import column, func, select, table, text
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
 
+from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.schema import SCHEMA
+from kagent_memory_governed.schema import SCHEMA, scopes
 from kagent_memory_governed.store.database import Database
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
@@ -139,3 +141,13 @@ async def _check_server(conn: AsyncConnection) -> None:
 
 def _version_tuple(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split(".")[:3] if part.isdigit())
+
+
+async def unfinished_erasures(db: Database) -> dict[Erasure, int]:
+    """How many scopes in the whole database have an erasure ``pending`` or ``failed`` (R9): counts only.
+    Served by the partial index over unfinished erasures."""
+    unfinished = (Erasure.PENDING, Erasure.FAILED)
+    query = select(scopes.c.erasure, func.count()).where(scopes.c.erasure.in_(unfinished)).group_by(scopes.c.erasure)
+    async with db.transaction() as conn:
+        found = {Erasure(state): count for state, count in (await conn.execute(query)).all()}
+    return {state: found.get(state, 0) for state in unfinished}
