@@ -29,9 +29,9 @@ async def fresh_database(database_url: str, sql: asyncpg.Connection):
 
 
 async def test_migrate_reaches_head_and_is_idempotent(store: Store):
-    assert Store.head_revision() == "0009"
-    assert await store.migrate() == "0009"
-    assert await store.migrate() == "0009"
+    assert Store.head_revision() == "0010"
+    assert await store.migrate() == "0010"
+    assert await store.migrate() == "0010"
     await store.check_ready()
 
 
@@ -42,7 +42,7 @@ async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: 
             await first.check_ready()
         assert refused.value.reason is Reason.SCHEMA_MISSING
         assert await first.revision() is None
-        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0009", "0009"]  # replicas race safely
+        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0010", "0010"]  # replicas race safely
         await first.check_ready()
     finally:
         await first.close()

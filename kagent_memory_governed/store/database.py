@@ -84,17 +84,29 @@ def prepare_connections(engine: AsyncEngine) -> None:
     """Checkout without a round trip. A pooled connection whose server side has gone (a restart, a killed
     backend) is known at checkout, since asyncpg marks it closed when its socket ends, and the pool replaces
     it instead of failing the next operation: no pre-ping. Each connection learns pgvector's binary codec
-    once, after the first migration has created the extension."""
+    once, after the first migration has created the extension, in whichever schema it was created."""
 
     def check(dbapi_connection, record, proxy) -> None:
         if dbapi_connection.driver_connection.is_closed():
             raise DisconnectionError
         if not record.info.get("vector_codec"):
             with suppress(ValueError):  # "unknown type": the extension does not exist yet
-                dbapi_connection.run_async(register_vector)
+                dbapi_connection.run_async(_register_vector)
                 record.info["vector_codec"] = True
 
     event.listen(engine.sync_engine, "checkout", check)
+
+
+async def _register_vector(conn: asyncpg.Connection) -> None:
+    """pgvector's binary codec on ``conn``, for the schema the extension is installed in (any: the database
+    functions name it by schema too); ``ValueError`` while it is not installed."""
+    schema = await conn.fetchval(
+        "SELECT n.nspname FROM pg_catalog.pg_extension AS e JOIN pg_catalog.pg_namespace AS n"
+        " ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+    )
+    if schema is None:
+        raise ValueError("unknown type: vector")
+    await register_vector(conn, schema=schema)
 
 
 class Vectors(UserDefinedType):

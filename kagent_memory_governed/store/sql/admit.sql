@@ -4,7 +4,8 @@
 CREATE OR REPLACE FUNCTION governed_memory.admit(
     p_scope uuid, p_generation bigint, p_now timestamptz, p_operation text, p_units integer, p_bucket uuid,
     p_burst integer, p_per_minute integer, p_per_hour integer
-) RETURNS text LANGUAGE plpgsql AS $$
+) RETURNS text LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     s governed_memory.scopes;

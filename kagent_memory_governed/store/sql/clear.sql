@@ -10,6 +10,8 @@ CREATE OR REPLACE PROCEDURE governed_memory.clear(
     INOUT erased bigint DEFAULT NULL, INOUT remaining bigint DEFAULT NULL
 ) LANGUAGE plpgsql AS $$
 BEGIN
+    -- the pinned search_path, set for each of its transactions: a procedure that commits cannot carry SET
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     DELETE FROM governed_memory.entries AS e
     WHERE e.scope_id = p_scope AND (p_entry IS NULL OR e.entry_id = p_entry) AND EXISTS (
         SELECT FROM governed_memory.scopes AS s
@@ -18,6 +20,7 @@ BEGIN
     );
     GET DIAGNOSTICS erased = ROW_COUNT;
     COMMIT;  -- the verification reads in a transaction of its own
+    PERFORM pg_catalog.set_config('search_path', 'pg_catalog, pg_temp', true);
     SELECT count(*) INTO remaining FROM governed_memory.entries AS e
     WHERE e.scope_id = p_scope AND (p_entry IS NULL OR e.entry_id = p_entry) AND EXISTS (
         SELECT FROM governed_memory.scopes AS s

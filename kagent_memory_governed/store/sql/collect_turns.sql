@@ -2,7 +2,8 @@
 -- any other generation are discarded, so nothing said before an erasure or a withdrawal is collected (R36).
 CREATE OR REPLACE FUNCTION governed_memory.collect_turns(
     p_scope uuid, p_generation bigint, p_now timestamptz, p_session uuid, p_candidates uuid[]
-) RETURNS TABLE (refusal text, invocation_ref uuid, recalled boolean) LANGUAGE plpgsql AS $$
+) RETURNS TABLE (refusal text, invocation_ref uuid, recalled boolean) LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     s governed_memory.scopes;

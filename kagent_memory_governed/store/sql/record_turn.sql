@@ -2,7 +2,8 @@
 -- generation now await auto-save. A fenced-off turn is not recorded (R36).
 CREATE OR REPLACE FUNCTION governed_memory.record_turn(
     p_scope uuid, p_generation bigint, p_now timestamptz, p_session uuid, p_invocation uuid, p_recalled boolean
-) RETURNS TABLE (refusal text, waiting bigint) LANGUAGE plpgsql AS $$
+) RETURNS TABLE (refusal text, waiting bigint) LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     s governed_memory.scopes;

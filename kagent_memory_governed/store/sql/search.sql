@@ -1,11 +1,12 @@
 -- The top-k live entries for each query vector, fence and entries in one snapshot, and one ledger row.
 CREATE OR REPLACE FUNCTION governed_memory.search(
-    p_scope uuid, p_generation bigint, p_now timestamptz, p_queries vector[], p_top_k integer,
-    p_max_distance double precision
+    p_scope uuid, p_generation bigint, p_now timestamptz, p_queries @extschema:vector@.vector[],
+    p_top_k integer, p_max_distance double precision
 ) RETURNS TABLE (
     refusal text, query integer, entry_id uuid, fact text, created_at timestamptz, expires_at timestamptz,
     distance double precision
-) LANGUAGE plpgsql AS $$
+) LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 BEGIN
     -- a read's ledger row: losing the last few on a crash is acceptable
@@ -17,7 +18,8 @@ BEGIN
     ), queries AS MATERIALIZED (
         SELECT q.n::integer AS n, q.v FROM unnest(p_queries) WITH ORDINALITY AS q(v, n)
     ), scored AS MATERIALIZED (  -- the scope's live entries read once, each distance computed once
-        SELECT q.n, e.entry_id, e.text, e.created_at, e.expires_at, e.embedding <=> q.v AS distance
+        SELECT q.n, e.entry_id, e.text, e.created_at, e.expires_at,
+            e.embedding OPERATOR(@extschema:vector@.<=>) q.v AS distance
         FROM verdict, queries AS q, governed_memory.entries AS e
         WHERE verdict.refusal IS NULL AND e.scope_id = p_scope AND e.expires_at > p_now
     ), hits AS (

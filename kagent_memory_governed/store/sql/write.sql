@@ -1,9 +1,10 @@
 -- Store facts under the scope lock: fence; read the scope's live entries once, after the lock; keep a fact equal
 -- to a live entry as that entry (R36); refuse past the cap (never evict); insert the rest; one ledger row.
 CREATE OR REPLACE FUNCTION governed_memory.write(
-    p_scope uuid, p_generation bigint, p_now timestamptz, p_facts text[], p_vectors vector[], p_cap integer,
-    p_lifetime_seconds bigint
-) RETURNS TABLE (refusal text, fact text, entry_id uuid) LANGUAGE plpgsql AS $$
+    p_scope uuid, p_generation bigint, p_now timestamptz, p_facts text[], p_vectors @extschema:vector@.vector[],
+    p_cap integer, p_lifetime_seconds bigint
+) RETURNS TABLE (refusal text, fact text, entry_id uuid) LANGUAGE plpgsql
+SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     s governed_memory.scopes;
@@ -33,7 +34,8 @@ BEGIN
     INSERT INTO governed_memory.ledger (at, operation, result, scope_id, generation, count)
     VALUES (p_now, 'write', 'ok', p_scope, p_generation, v_new);
     RETURN QUERY WITH added AS (
-        INSERT INTO governed_memory.entries AS n (scope_id, entry_id, text, embedding, generation, created_at, expires_at)
+        INSERT INTO governed_memory.entries AS n
+            (scope_id, entry_id, text, embedding, generation, created_at, expires_at)
         SELECT DISTINCT ON (u.f) p_scope, gen_random_uuid(), u.f, u.v, p_generation, p_now,
             p_now + make_interval(secs => least(p_lifetime_seconds, s.max_expiry_seconds))
         FROM unnest(p_facts, p_vectors) WITH ORDINALITY AS u(f, v, i)
