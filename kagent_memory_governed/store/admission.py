@@ -1,5 +1,5 @@
 """Admission as the store decides it (R21-R26): may this memory work start now, before any model or
-embedding call? Decided by the database function ``governed_memory.admit`` (migration 0007) in one round
+embedding call? Decided by the database function ``governed_memory.admit`` (``store/sql/admit.sql``) in one round
 trip, under the scope lock, in state every replica shares:
 
 - the consent fence;

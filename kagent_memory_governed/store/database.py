@@ -1,6 +1,6 @@
 """The one way into the database: transactions, their errors as reason codes, and the ledger.
 
-The hot path is ``Database.call``: one statement (a database function of migration 0007) in its own
+The hot path is ``Database.call``: one statement (a database function, ``store/sql/<name>.sql``) in its own
 transaction, one round trip. Everything else runs inside ``Database.transaction``. A database failure
 leaves either as ``store_unavailable`` (a constraint violation as ``bad_input``) with no database text.
 A refusal decided inside a transaction is ``refuse``: its ledger row commits with the transaction, then

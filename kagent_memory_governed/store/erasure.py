@@ -3,7 +3,7 @@
 Every erasure first fences in a transaction of its own (disable the scope, advance its generation, record
 what it erases), so work admitted before it cannot write again; then deletes; then verifies in a fresh
 transaction; then settles the scope. That is two round trips: the fence's statement, then one call of the
-procedure ``governed_memory.clear`` (migration 0007), which commits the delete before it verifies. A failure
+procedure ``governed_memory.clear`` (``store/sql/clear.sql``), which commits the delete before it verifies. A failure
 anywhere leaves the scope disabled, ``erasure = failed``, with a content-free ledger row, and raises
 ``erasure_failed``.
 

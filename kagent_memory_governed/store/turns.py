@@ -1,6 +1,6 @@
 """Conversation turns, the input of auto-save (R36): recorded under the generation that admitted them,
 collected once, and never across an erasure or a withdrawal. Only references derived from ids are kept.
-Each is one call of a database function (migration 0007), fenced in the statement that does the work."""
+Each is one call of a database function (``store/sql/``), fenced in the statement that does the work."""
 
 from __future__ import annotations
 
