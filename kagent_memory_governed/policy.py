@@ -34,6 +34,7 @@ CEILINGS: dict[str, tuple[int, str]] = {
     "autosave_max_input_bytes": (16384, "max"),
     "autosave_max_facts": (10, "max"),
     "ledger_retention_days": (400, "max"),
+    "control_reads_per_hour": (120, "max"),
 }
 # The least a "max" key may be lowered to (1 unless listed): operation records must outlive any dispute window.
 MINIMUMS: dict[str, int] = {"ledger_retention_days": 30}
@@ -68,6 +69,7 @@ class Policy(BaseModel):
     autosave_max_input_bytes: int = _limit("autosave_max_input_bytes")
     autosave_max_facts: int = _limit("autosave_max_facts")
     ledger_retention_days: int = _limit("ledger_retention_days")
+    control_reads_per_hour: int = _limit("control_reads_per_hour")
 
     @classmethod
     def from_mapping(cls, values: Any) -> Policy:

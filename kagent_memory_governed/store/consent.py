@@ -12,7 +12,7 @@ from kagent_memory_governed.consent import Erasure, admit_label, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.schema import entries, live, scopes
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store.database import Database, erasure_state, record, refuse
+from kagent_memory_governed.store.database import Database, admit_read, erasure_state, record, refuse
 from kagent_memory_governed.store.values import ErasureRecord, Grant, Status
 
 
@@ -75,6 +75,7 @@ async def status(db: Database, key: ScopeKey) -> Status:
     now = clock.now()
     counted = select(func.count()).select_from(entries).where(entries.c.scope_id == sid, live(now)).scalar_subquery()
     async with db.transaction(durable=False) as conn:
+        await admit_read(conn, sid, now, db.policy.control_reads_per_hour)
         row = (
             await conn.execute(
                 select(

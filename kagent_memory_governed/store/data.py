@@ -18,7 +18,7 @@ from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int
 from kagent_memory_governed.schema import entries, live
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import functions
-from kagent_memory_governed.store.database import Database, erasure_state, raise_refusal, record, refuse
+from kagent_memory_governed.store.database import Database, admit_read, erasure_state, raise_refusal, record, refuse
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
 
 
@@ -97,6 +97,7 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
     if after is not None:
         query = query.where(tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(*after))
     async with db.transaction(durable=False) as conn:
+        await admit_read(conn, sid, now, db.policy.control_reads_per_hour)
         # entries an unfinished erasure is removing are never shown: only the state (``status``) is
         _, erasure = await erasure_state(conn, sid, lock=False)
         refusal = grant_refusal(erasure)

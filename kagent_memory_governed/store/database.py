@@ -15,14 +15,14 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import NoReturn
 
 import asyncpg
 import numpy
 from pgvector import Vector
 from pgvector.asyncpg import register_vector
-from sqlalchemy import Executable, Row, event, insert, select, text
+from sqlalchemy import Executable, Row, event, func, insert, select, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -31,7 +31,7 @@ from sqlalchemy.types import UserDefinedType
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure
-from kagent_memory_governed.errors import GovernedMemoryError, Reason, Result
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.schema import ledger, scopes
 from kagent_memory_governed.store.connection import tls_cause
@@ -204,6 +204,29 @@ async def record(
             entry_id=entry_id,
         )
     )
+
+
+_READS = (Operation.STATUS, Operation.INSPECT)
+_READ_LOCK = 0x52454144  # the advisory-lock class of a scope's control reads ("READ")
+
+
+async def admit_read(conn: AsyncConnection, scope_id: uuid.UUID, at: datetime, per_hour: int) -> None:
+    """Admit a control read of ``scope_id`` (``status``, ``inspect``) while fewer than ``per_hour`` were
+    recorded in the hour before ``at``, counted from the ledger rows reads leave (their audit record) under a
+    lock on the scope's reads. Refuses ``rate_limited`` and writes nothing: reads cannot fill the ledger."""
+    await conn.execute(select(func.pg_advisory_xact_lock(_READ_LOCK, func.hashtext(str(scope_id)))))
+    recent = await conn.scalar(
+        select(func.count())
+        .select_from(ledger)
+        .where(
+            ledger.c.scope_id == scope_id,
+            ledger.c.operation.in_(_READS),
+            ledger.c.result == Result.OK,
+            ledger.c.at > at - timedelta(hours=1),
+        )
+    )
+    if recent >= per_hour:
+        raise GovernedMemoryError(Reason.RATE_LIMITED)
 
 
 async def refuse(
