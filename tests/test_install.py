@@ -1,0 +1,82 @@
+"""The install line works on a fresh machine: the documents give one, ``./dev example`` (run by CI for every
+release) runs exactly it in a fresh virtualenv, and the bounds the package declares hold every lock."""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+from kagent_memory_governed.adk import upstream
+
+ROOT = Path(__file__).resolve().parent.parent
+NEWEST = upstream.SUPPORTED[-1].version
+LOCKS = {release.version: ROOT / "locks" / f"kagent-adk-{release.version}.txt" for release in upstream.SUPPORTED}
+TESTING_EXTRAS = "'.[testing]' pytest pytest-asyncio"
+
+
+def install_lines(document: str) -> list[str]:
+    """The ``pip install`` lines of a document's shell blocks."""
+    blocks = re.findall(r"```sh\n(.*?)```", (ROOT / document).read_text(), re.DOTALL)
+    return [line.strip() for block in blocks for line in block.splitlines() if "pip install" in line]
+
+
+def test_the_readme_installs_from_the_checkout_with_the_newest_lock_into_a_fresh_virtualenv():
+    assert install_lines("README.md") == [f".venv/bin/python -m pip install -c locks/kagent-adk-{NEWEST}.txt ."]
+    assert "python3 -m venv .venv" in (ROOT / "README.md").read_text()
+
+
+def test_docs_testing_installs_the_testing_extra_the_same_way():
+    assert install_lines("docs/testing.md") == [
+        f".venv/bin/python -m pip install -c locks/kagent-adk-{NEWEST}.txt {TESTING_EXTRAS}"
+    ]
+
+
+def test_dev_example_runs_the_documented_line_for_each_release_in_a_fresh_virtualenv():
+    dev = (ROOT / "dev").read_text()
+    step = dev[dev.index("example() {") : dev.index("matrix() {")]
+    command = re.sub(r"\s*\\\n\s*", " ", step)
+    quiet = "--quiet --disable-pip-version-check "  # pip's chatter only
+    documented = install_lines("docs/testing.md")[0].replace(f"kagent-adk-{NEWEST}.txt", '"locks/kagent-adk-$1.txt"')
+    documented = documented.replace("-c locks/", "-c ").replace(".venv/bin/python", '"$scratch/venv/bin/python"')
+    assert documented.replace("pip install ", "pip install " + quiet) in command
+    assert '-m venv "$scratch/venv"' in command
+    assert "matrix() { # the whole check" in dev and 'example "$version"' in dev  # CI's ./dev test runs it
+
+
+def pins(lock: Path) -> dict[str, str]:
+    found = {}
+    for line in lock.read_text().splitlines():
+        if line and not line.startswith("#"):
+            name, version = line.split("==")
+            found[canonicalize_name(name)] = version
+    return found
+
+
+def declared() -> list[Requirement]:
+    project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    requirements = [
+        *project["dependencies"],
+        *(r for extra in project["optional-dependencies"].values() for r in extra),
+    ]
+    return [Requirement(r) for r in requirements if not r.startswith("kagent-memory-governed")]
+
+
+@pytest.mark.parametrize("release", LOCKS)
+def test_every_lock_pins_every_declared_dependency_within_its_bounds(release: str):
+    pinned = pins(LOCKS[release])
+    for requirement in declared():
+        version = pinned.get(canonicalize_name(requirement.name))
+        assert version is not None, (release, requirement.name)
+        assert requirement.specifier.contains(version, prereleases=True), (release, str(requirement), version)
+
+
+def test_the_zero_x_lines_stay_below_a2a_sdk_1_and_google_adk_2():
+    bounds = {canonicalize_name(r.name): r.specifier for r in declared()}
+    assert not bounds["a2a-sdk"].contains("1.0.0") and bounds["a2a-sdk"].contains("0.3.26")
+    assert not bounds["google-adk"].contains("2.0.0")
+    assert not bounds["kagent-adk"].contains("0.11.0")
