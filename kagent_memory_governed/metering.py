@@ -23,6 +23,7 @@ from dataclasses import dataclass
 
 from opentelemetry import metrics
 from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics.export import MetricReader
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import ConfigurationError, Operation, Reason, Result
@@ -138,7 +139,7 @@ def export_from_environment() -> None:
     metrics.set_meter_provider(MeterProvider(metric_readers=readers))
 
 
-def _reader(name: str):
+def _reader(name: str) -> MetricReader:
     from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
 
     if name == "console":
@@ -153,7 +154,7 @@ def _reader(name: str):
     return PeriodicExportingMetricReader(OTLPMetricExporter())
 
 
-def _prometheus():
+def _prometheus() -> MetricReader:
     try:
         from opentelemetry.exporter.prometheus import PrometheusMetricReader
         from prometheus_client import start_http_server
