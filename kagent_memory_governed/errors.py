@@ -47,6 +47,8 @@ class Reason(StrEnum):
     SCHEMA_MISSING = "schema_missing"  # never migrated: run ``migrate``
     SCHEMA_NEWER = "schema_newer"
     UNSUPPORTED_DATABASE = "unsupported_database"
+    KEY_UNAVAILABLE = "key_unavailable"  # the key store cannot be reached or refused: nothing is read or written
+    KEYRING_STALE = "keyring_stale"  # internal to the store: a write saw a live entry its keyring lacked; retried
 
 
 class Operation(StrEnum):

@@ -64,6 +64,9 @@ class Settings(BaseSettings):
     homeserver: str | None = None
     policy: Path | None = None
     embedded: bool = False  # inside a Kubernetes pod, the embedded PostgreSQL only when asked for
+    key_store: str | None = None  # where entry keys live (kagent_memory_governed.keys); unset: <data dir>/keys
+    key_store_token: str | None = None  # an OpenBao token, or @/path to a file an agent keeps renewed
+    key_store_ca: Path | None = None  # CA bundle for openbao+https
     kagent_namespace: str | None = Field(default=None, validation_alias="KAGENT_NAMESPACE")
     kagent_name: str | None = Field(default=None, validation_alias="KAGENT_NAME")
 
@@ -75,6 +78,15 @@ class Settings(BaseSettings):
             from kagent_memory_governed.store.connection import parse
 
             parse(value)
+        return value
+
+    @field_validator("key_store")
+    @classmethod
+    def _checked_key_store(cls, value: str | None) -> str | None:
+        if value is not None:
+            from kagent_memory_governed.keys import check_url
+
+            check_url(value)
         return value
 
     @model_validator(mode="after")
