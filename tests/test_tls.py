@@ -38,6 +38,7 @@ from support import free_port, pod_environment, private_directory, serve
 from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.store.connection import parse
 
 POSTGRES_15 = Path("/usr/lib/postgresql/15/bin")
 PASSWORD = "SENTINEL-db-password"
@@ -194,6 +195,17 @@ async def outcome(url: str) -> str:
     finally:
         await store.close()
     return "connected"
+
+
+def test_the_url_keeps_its_hosts_and_hands_the_tls_parameters_to_the_driver_as_libpq_spells_them(pki: Pki):
+    url = f"postgresql+asyncpg://app:{PASSWORD}@/db?host=a:5432&host=b:5433&sslmode=verify-ca&sslrootcert={pki.ca}"
+    parsed = parse(url)
+    assert dict(parsed.url.query) == {"host": ("a:5432", "b:5433")}  # SQLAlchemy's multihost form
+    assert parsed.connect_args() == {
+        "dsn": f"postgresql://?sslmode=verify-ca&sslrootcert={quote(str(pki.ca), safe='')}"
+    }
+    assert PASSWORD not in repr(parsed)
+    assert parse("postgresql+asyncpg://app@/db?host=/run/sock").connect_args() == {}  # libpq's defaults
 
 
 LIBPQ_MODES = [

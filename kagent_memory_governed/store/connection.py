@@ -85,7 +85,7 @@ def parse(text: str) -> DatabaseUrl:
     for name, value in query.items():
         if name not in PARAMETERS:
             raise _refuse(f"unknown parameter {name}" if _NAME.fullmatch(name) else "unknown parameter")
-        if not isinstance(value, str):
+        if not isinstance(value, str) and name != "host":  # several hosts: SQLAlchemy's asyncpg multihost form
             raise _refuse(f"{name} given more than once")
     if "ssl" in query and "sslmode" in query:
         raise _refuse("ssl and sslmode contradict each other: give sslmode only")
