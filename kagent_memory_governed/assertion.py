@@ -22,7 +22,6 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from pathlib import Path
 
 from cryptography.exceptions import InvalidSignature
@@ -30,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from kagent_memory_governed.consent import admit_generation
+from kagent_memory_governed.contract import ControlOperation
 from kagent_memory_governed.ed25519 import is_prime_order_point
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey, ScopeKind
@@ -47,23 +47,6 @@ _PURPOSES = {
     "offboard": (_OFFBOARD_CLAIMS | {"op"}, "#offboard"),
 }
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
-
-
-class Operation(StrEnum):
-    """The ``op`` claim of a control or offboarding token: the one call it was minted for."""
-
-    CONSENT = "consent"
-    STATUS = "status"
-    ENTRIES = "entries"
-    FORGET = "forget"
-    FORGET_ALL = "forget-all"
-    OFF = "off"
-    OFFBOARD = "offboard"
-
-    @property
-    def single_use(self) -> bool:
-        """Whether a token for this operation is accepted once only (``status`` and ``entries`` only read)."""
-        return self not in (Operation.STATUS, Operation.ENTRIES)
 
 
 def _bad() -> GovernedMemoryError:
@@ -102,7 +85,7 @@ class Assertion:
     principal: Principal
     key: ScopeKey | None
     generation: int | None
-    op: Operation | None
+    op: ControlOperation | None
     jti: str
     expires_at: datetime
     entry: uuid.UUID | None = None
@@ -174,7 +157,7 @@ def verify(
     now: datetime,
     purpose: str = "scope",
     user_id: object = None,
-    op: Operation | None = None,
+    op: ControlOperation | None = None,
 ) -> Assertion:
     """Verify ``token`` at ``now`` for one purpose of this agent:
 
@@ -187,7 +170,7 @@ def verify(
     A control or offboarding token is accepted for the operation ``op`` only: its ``op`` claim must equal it.
     A ``forget`` token may carry ``entry``, an entry id in its canonical form, binding it to that entry (the
     caller compares, ``Assertion.entry``); any other token carrying ``entry`` is refused. Whether a token has
-    been used before is the caller's question (``Operation.single_use``, ``Store.claim_once``).
+    been used before is the caller's question (``ControlOperation.single_use``, ``Store.claim_once``).
     """
     if (op is None) != (purpose == "scope"):
         raise TypeError("verify: a control or offboard purpose needs its operation, a scope header none")
@@ -235,9 +218,9 @@ def verify(
     return Assertion(principal, key, generation, op, jti, datetime.fromtimestamp(expires, UTC), entry)
 
 
-def _entry(value: object, op: Operation | None) -> uuid.UUID:
+def _entry(value: object, op: ControlOperation | None) -> uuid.UUID:
     """The entry a ``forget`` token is bound to: a UUID in the canonical lower-case form the API answers."""
-    if op is not Operation.FORGET or not isinstance(value, str):
+    if op is not ControlOperation.FORGET or not isinstance(value, str):
         raise _bad()
     try:
         entry = uuid.UUID(value)

@@ -1,11 +1,12 @@
 """A client for the Matrix bridge: it signs what the runtime verifies and calls the control API.
 
 ``ScopeSigner`` mints the per-request ``X-Memory-Scope`` header and one control token per operation
-(EdDSA, the exact claims of CONTRACT.md, ``op`` set, a fresh ``jti``, a lifetime of at most 300 s from
+(EdDSA, the exact claims of docs/bridge.md, ``op`` set, a fresh ``jti``, a lifetime of at most 300 s from
 the application clock, so frozen clocks govern tokens too). ``ControlClient`` (httpx, sync) and
-``AsyncControlClient`` call every ``/memory/v1`` operation for one subject in one control room, answer
-typed values, raise ``GovernedMemoryError`` with the server's reason code, and remember the generation
-consent and erasures return, so the next scope header carries it. Nothing here logs a token or content.
+``AsyncControlClient`` call every ``/memory/v1`` operation for one subject in one control room, answer the
+typed answers of ``contract.CALLS``, raise ``GovernedMemoryError`` with the server's reason code, and
+remember the generation consent and erasures return, so the next scope header carries it. Nothing here
+logs a token or content.
 
     signer = ScopeSigner(private_key, issuer="matrix-bridge", agent="kagent/helper")
     memory = ControlClient(httpx.Client(base_url=agent_url), signer, Subject("@alice:example.org", "!room:example.org"))
@@ -20,20 +21,40 @@ import base64
 import json
 import uuid
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from pydantic import BaseModel, ConfigDict
+from pydantic import ValidationError
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.assertion import MAX_LIFETIME_SECONDS
+from kagent_memory_governed.contract import (
+    CALLS,
+    PREFIX,
+    Answer,
+    Body,
+    Call,
+    ConfirmBody,
+    Consent,
+    ConsentBody,
+    ControlOperation,
+    Forgotten,
+    ForgottenAll,
+    LastErasure,
+    Memories,
+    Memory,
+    PageQuery,
+    PrincipalOffboarded,
+    ScopeStatus,
+    SwitchedOff,
+)
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.store.values import MAX_PAGE
 
 Op = Literal["consent", "status", "entries", "forget", "forget-all", "off", "offboard"]
-PREFIX = "/memory/v1"
+A = TypeVar("A", bound=Answer)
 
 
 def _b64(raw: bytes) -> str:
@@ -89,60 +110,6 @@ class ScopeSigner:
         return f"{signing_input}.{_b64(self._key.sign(signing_input.encode()))}"
 
 
-class _Answer(BaseModel):
-    model_config = ConfigDict(frozen=True, extra="ignore")
-
-
-class Consent(_Answer):
-    enabled: bool
-    generation: int
-    max_expiry_seconds: int
-    entry_cap: int
-
-
-class LastErasure(_Answer):
-    at: datetime
-    result: str
-
-
-class ScopeStatus(_Answer):
-    enabled: bool
-    generation: int
-    purpose: str | None
-    policy_version: str | None
-    max_expiry_seconds: int
-    entry_cap: int
-    entries: int
-    last_erasure: LastErasure | None
-
-
-class Memory(_Answer):
-    id: uuid.UUID
-    text: str
-    source_scope: str
-    created_at: datetime
-    expires_at: datetime
-
-
-class Memories(_Answer):
-    entries: list[Memory]
-    next_cursor: str | None
-
-
-class Erasure(_Answer):
-    """What an erasure answered, as sent: every one is verified; all but offboarding fence (``generation``)."""
-
-    deleted: bool | None = None  # forget
-    enabled: bool | None = None  # off
-    scopes: int | None = None  # offboard
-    erased: int | None = None
-    verified: bool
-    generation: int | None = None
-
-
-A = TypeVar("A", bound=_Answer)
-
-
 def _reason(code: object) -> Reason:
     """The server's reason code; anything this client does not know is ``internal_error``."""
     try:
@@ -151,8 +118,30 @@ def _reason(code: object) -> Reason:
         return Reason.INTERNAL_ERROR
 
 
+B = TypeVar("B", bound=Body)
+
+
+def _valid(model: type[B], **values: object) -> B:
+    """What the server would refuse as ``bad_input`` is refused here, without a call or a spent token."""
+    try:
+        return model.model_validate(values)
+    except ValidationError:
+        raise GovernedMemoryError(Reason.BAD_INPUT) from None
+
+
+@dataclass(frozen=True, slots=True)
+class _Request:
+    """One call as it is sent: the table's call, its token and what goes with it."""
+
+    call: Call
+    path: str
+    body: dict[str, Any] | None = None
+    params: dict[str, str] | None = None
+    entry: uuid.UUID | None = None
+
+
 class _Client:
-    """The operations, once: each builds its request and reads its answer; subclasses send it."""
+    """What both clients share: the subject, the signer, the generation, and each call's request and answer."""
 
     def __init__(self, signer: ScopeSigner, subject: Subject, generation: int = 1) -> None:
         self.signer, self.subject, self.generation = signer, subject, generation
@@ -161,38 +150,33 @@ class _Client:
         """The headers of an A2A request for this subject under the current generation."""
         return {"X-User-Id": self.subject.mxid, "X-Memory-Scope": self.signer.scope(self.subject, self.generation)}
 
-    def consent(self, purpose: str, policy_version: str) -> Consent:
-        return self._call("consent", "POST", "consent", Consent, {"purpose": purpose, "policy_version": policy_version})
+    @staticmethod
+    def _consent(purpose: str, policy_version: str) -> _Request:
+        body = _valid(ConsentBody, purpose=purpose, policy_version=policy_version).model_dump()
+        return _Request(CALLS[ControlOperation.CONSENT], "/consent", body)
 
-    def status(self) -> ScopeStatus:
-        return self._call("status", "GET", "status", ScopeStatus)
+    @staticmethod
+    def _entries(limit: int, cursor: str | None) -> _Request:
+        query = _valid(PageQuery, limit=limit, cursor=cursor)
+        return _Request(CALLS[ControlOperation.ENTRIES], "/entries", params=query.params())
 
-    def entries(self, limit: int = 50, cursor: str | None = None) -> Memories:
-        params = {"limit": str(limit)} | ({"cursor": cursor} if cursor else {})
-        return self._call("entries", "GET", "entries", Memories, params=params)
-
-    def forget(self, entry_id: uuid.UUID | str) -> Erasure:
+    @staticmethod
+    def _forget(entry_id: uuid.UUID | str) -> _Request:
         entry = uuid.UUID(str(entry_id))
-        return self._call("forget", "DELETE", f"entries/{entry}", Erasure, entry=entry)
+        return _Request(CALLS[ControlOperation.FORGET], f"/entries/{entry}", entry=entry)
 
-    def forget_all(self) -> Erasure:
-        return self._call("forget-all", "POST", "forget-all", Erasure, {"confirm": True})
+    @staticmethod
+    def _confirmed(op: ControlOperation) -> _Request:
+        call = CALLS[op]
+        return _Request(call, call.path, ConfirmBody(confirm=True).model_dump())
 
-    def off(self) -> Erasure:
-        return self._call("off", "POST", "off", Erasure, {"confirm": True})
-
-    def offboard(self) -> Erasure:
-        return self._call("offboard", "POST", "offboard", Erasure, {"confirm": True})
-
-    def _request(
-        self, op: Op, method: str, path: str, body: dict | None, params: dict | None, entry: uuid.UUID | None
-    ) -> dict[str, Any]:
-        token = self.signer.control(self.subject, op, entry=entry)
+    def _send(self, request: _Request) -> dict[str, Any]:
+        token = self.signer.control(self.subject, request.call.op.value, entry=request.entry)
         return {
-            "method": method,
-            "url": f"{PREFIX}/{path}",
-            "json": body,
-            "params": params,
+            "method": request.call.method,
+            "url": PREFIX + request.path,
+            "json": request.body,
+            "params": request.params,
             "headers": {"Authorization": f"Bearer {token}"},
         }
 
@@ -209,47 +193,86 @@ class _Client:
             self.generation = generation
         return value
 
-    def _call(
-        self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None, entry=None
-    ) -> Any:
-        raise NotImplementedError
-
 
 class ControlClient(_Client):
-    """The control API over a synchronous ``httpx.Client`` whose ``base_url`` is the agent's."""
+    """The control API over a synchronous ``httpx.Client`` whose ``base_url`` is the agent's. Every call
+    answers its typed value, or raises ``GovernedMemoryError`` with the server's reason code."""
 
     def __init__(self, http: httpx.Client, signer: ScopeSigner, subject: Subject, generation: int = 1) -> None:
         super().__init__(signer, subject, generation)
         self.http = http
 
-    def _call(
-        self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None, entry=None
-    ) -> A:
-        return self._read(self.http.request(**self._request(op, method, path, body, params, entry)), model)
+    def consent(self, purpose: str, policy_version: str) -> Consent:
+        return self._call(self._consent(purpose, policy_version), Consent)
+
+    def status(self) -> ScopeStatus:
+        return self._call(_Request(CALLS[ControlOperation.STATUS], "/status"), ScopeStatus)
+
+    def entries(self, limit: int = MAX_PAGE, cursor: str | None = None) -> Memories:
+        return self._call(self._entries(limit, cursor), Memories)
+
+    def forget(self, entry_id: uuid.UUID | str) -> Forgotten:
+        """Forget one entry, with a token bound to it."""
+        return self._call(self._forget(entry_id), Forgotten)
+
+    def forget_all(self) -> ForgottenAll:
+        return self._call(self._confirmed(ControlOperation.FORGET_ALL), ForgottenAll)
+
+    def off(self) -> SwitchedOff:
+        return self._call(self._confirmed(ControlOperation.OFF), SwitchedOff)
+
+    def offboard(self) -> PrincipalOffboarded:
+        return self._call(self._confirmed(ControlOperation.OFFBOARD), PrincipalOffboarded)
+
+    def _call(self, request: _Request, model: type[A]) -> A:
+        return self._read(self.http.request(**self._send(request)), model)
 
 
 class AsyncControlClient(_Client):
-    """The control API over an ``httpx.AsyncClient``; every operation is awaited and answers as above."""
+    """The control API over an ``httpx.AsyncClient``; every call is awaited and answers as ``ControlClient``'s."""
 
     def __init__(self, http: httpx.AsyncClient, signer: ScopeSigner, subject: Subject, generation: int = 1) -> None:
         super().__init__(signer, subject, generation)
         self.http = http
 
-    async def _call(
-        self, op: Op, method: str, path: str, model: type[A], body: dict | None = None, params=None, entry=None
-    ) -> A:
-        return self._read(await self.http.request(**self._request(op, method, path, body, params, entry)), model)
+    async def consent(self, purpose: str, policy_version: str) -> Consent:
+        return await self._call(self._consent(purpose, policy_version), Consent)
+
+    async def status(self) -> ScopeStatus:
+        return await self._call(_Request(CALLS[ControlOperation.STATUS], "/status"), ScopeStatus)
+
+    async def entries(self, limit: int = MAX_PAGE, cursor: str | None = None) -> Memories:
+        return await self._call(self._entries(limit, cursor), Memories)
+
+    async def forget(self, entry_id: uuid.UUID | str) -> Forgotten:
+        """Forget one entry, with a token bound to it."""
+        return await self._call(self._forget(entry_id), Forgotten)
+
+    async def forget_all(self) -> ForgottenAll:
+        return await self._call(self._confirmed(ControlOperation.FORGET_ALL), ForgottenAll)
+
+    async def off(self) -> SwitchedOff:
+        return await self._call(self._confirmed(ControlOperation.OFF), SwitchedOff)
+
+    async def offboard(self) -> PrincipalOffboarded:
+        return await self._call(self._confirmed(ControlOperation.OFFBOARD), PrincipalOffboarded)
+
+    async def _call(self, request: _Request, model: type[A]) -> A:
+        return self._read(await self.http.request(**self._send(request)), model)
 
 
 __all__ = [
     "AsyncControlClient",
     "Consent",
     "ControlClient",
-    "Erasure",
+    "Forgotten",
+    "ForgottenAll",
     "LastErasure",
     "Memories",
     "Memory",
+    "PrincipalOffboarded",
     "ScopeSigner",
     "ScopeStatus",
     "Subject",
+    "SwitchedOff",
 ]

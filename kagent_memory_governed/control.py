@@ -1,4 +1,5 @@
-"""The control API the bridge calls, under ``/memory/v1`` on the agent's HTTP app (CONTRACT.md).
+"""The control API the bridge calls, under ``/memory/v1`` on the agent's HTTP app: the calls of
+``contract.CALLS``, each over the store.
 
 The scope acted on comes from the bearer token's verified claims only; no path, query or body can
 name another. Each token names the one operation it was minted for (``op``); tokens that change
@@ -10,38 +11,39 @@ wrong methods included.
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import re
 import uuid
 from collections.abc import Callable, Coroutine
-from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any, Literal, TypeVar, get_type_hints
+from datetime import timedelta
+from typing import Any, TypeVar
 
 from fastapi import APIRouter, Depends, FastAPI, Request, Response
 from fastapi.responses import JSONResponse
 from fastapi.routing import APIRoute
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
-from pydantic import (
-    AfterValidator,
-    BaseModel,
-    BeforeValidator,
-    ConfigDict,
-    Field,
-    PlainSerializer,
-    ValidationError,
-    create_model,
-)
+from pydantic import ValidationError
 from starlette.routing import Match
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.assertion import LEEWAY_SECONDS, Assertion, Operation, Trust, verify
-from kagent_memory_governed.consent import Erasure
+from kagent_memory_governed.assertion import LEEWAY_SECONDS, Assertion, Trust, verify
+from kagent_memory_governed.contract import (
+    CALLS,
+    MAX_BODY_BYTES,
+    PREFIX,
+    Answer,
+    Body,
+    Call,
+    ConfirmBody,
+    ConsentBody,
+    ControlOperation,
+    PageQuery,
+    Refusal,
+)
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.store import MAX_PAGE, Status, Store
+from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.store import Store
 
-PREFIX = "/memory/v1"
-MAX_BODY_BYTES = 1024
+In = TypeVar("In", bound=Body)
 
 STATUS_CODES: dict[Reason, int] = {
     Reason.NO_ASSERTION: 401,
@@ -69,10 +71,6 @@ STATUS_CODES: dict[Reason, int] = {
 
 def error_response(reason: Reason, headers: dict[str, str] | None = None) -> JSONResponse:
     return JSONResponse({"error": reason.value}, status_code=STATUS_CODES.get(reason, 503), headers=headers)
-
-
-def rfc3339(moment: datetime) -> str:
-    return moment.astimezone(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
 
 
 class _MethodNotAllowed(GovernedMemoryError):
@@ -120,114 +118,7 @@ class _ReasonCodeRoute(APIRoute):
         return guarded
 
 
-class _Input(BaseModel):
-    """What a caller sends: exactly these members, each of exactly its JSON type."""
-
-    model_config = ConfigDict(extra="forbid", strict=True)
-
-
-In = TypeVar("In", bound=_Input)
-
-
-def _true(confirm: bool) -> bool:
-    if not confirm:  # strict has refused 1, "true" and null already: a confirmation is JSON true itself
-        raise ValueError("not confirmed")
-    return confirm
-
-
-def _decimal(raw: object) -> object:
-    """``05`` is 5; any other spelling (``+5``, `` 5``, ``1e1``, ``5.0``) stays a string, which strict int refuses."""
-    return int(raw) if isinstance(raw, str) and re.fullmatch("[0-9]{1,3}", raw) else raw
-
-
-class ConsentBody(_Input):
-    purpose: str  # the label's own rule (consent.admit_label) is the store's
-    policy_version: str
-
-
-class ConfirmBody(_Input):
-    confirm: Annotated[bool, AfterValidator(_true)]
-
-
-class PageQuery(_Input):
-    limit: Annotated[int, BeforeValidator(_decimal), Field(ge=1, le=MAX_PAGE)] = MAX_PAGE
-    cursor: str | None = None
-
-
-class _Answer(BaseModel):
-    """An answer read from the store's value (its attributes); the constants the contract promises are defaults."""
-
-    model_config = ConfigDict(from_attributes=True, json_schema_serialization_defaults_required=True)
-
-
-Timestamp = Annotated[datetime, PlainSerializer(rfc3339, return_type=str)]
-
-
-def _answer_of(value: type, **retyped: Any) -> type[_Answer]:
-    """The answer with the fields of the store's dataclass ``value``, in its order, some ``retyped`` for the wire."""
-    hints = get_type_hints(value)
-    fields = {field.name: (retyped.get(field.name, hints[field.name]), ...) for field in dataclasses.fields(value)}
-    return create_model(f"{value.__name__}Answer", __base__=_Answer, __module__=__name__, **fields)
-
-
-class ConsentAnswer(_Answer):
-    enabled: Literal[True] = True
-    generation: int
-    max_expiry_seconds: int
-    entry_cap: int
-
-
-class ErasureState(_Answer):
-    at: Timestamp
-    result: Erasure
-
-
-StatusAnswer = _answer_of(Status, last_erasure=ErasureState | None)
-
-
-class EntryAnswer(_Answer):
-    id: uuid.UUID = Field(validation_alias="entry_id")
-    text: str
-    source_scope: str
-    created_at: Timestamp
-    expires_at: Timestamp
-
-
-class EntriesAnswer(_Answer):
-    entries: list[EntryAnswer]
-    next_cursor: str | None
-
-
-class DeletedAnswer(_Answer):
-    deleted: Literal[True] = True
-    verified: Literal[True] = True
-    generation: int  # beyond CONTRACT.md: every erasure fences, so later assertions need the new generation
-
-
-class ForgetAllAnswer(_Answer):
-    erased: int
-    verified: Literal[True] = True
-    generation: int  # as above
-
-
-class OffAnswer(_Answer):
-    enabled: Literal[False] = False
-    generation: int
-    erased: int
-    verified: Literal[True] = True
-
-
-class OffboardAnswer(_Answer):
-    scopes: int
-    erased: int
-    verified: Literal[True] = True
-
-
-class ErrorAnswer(BaseModel):
-    error: str
-
-
-def _body_schema(model: type[_Input]) -> dict[str, Any]:
+def _body_schema(model: type[Body]) -> dict[str, Any]:
     content = {"application/json": {"schema": model.model_json_schema()}}  # additionalProperties: false
     return {"requestBody": {"required": True, "content": content}}
 
@@ -265,23 +156,22 @@ def _body(request: Request, model: type[In]) -> In:
 
 
 _EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE"]
-_CREDENTIALS = Depends(HTTPBearer(auto_error=False, description="A JWS signed by the bridge (CONTRACT.md)"))
+_CREDENTIALS = Depends(HTTPBearer(auto_error=False, description="A JWS signed by the bridge (docs/bridge.md)"))
 
 
 def router(store: Store, trust: Trust) -> APIRouter:
-    """The ``/memory/v1`` routes over ``store``, trusting tokens signed with ``trust``'s key."""
-    errors = {code: {"model": ErrorAnswer} for code in (401, 403, 404, 409, 413, 422, 429, 503)}
-    api = APIRouter(prefix=PREFIX, tags=["governed memory"], route_class=_ReasonCodeRoute, responses=errors)
+    """The ``/memory/v1`` routes of ``contract.CALLS`` over ``store``, trusting tokens signed with ``trust``'s key."""
+    errors = {code: {"model": Refusal} for code in (401, 403, 404, 409, 413, 422, 429, 503)}
+    api = APIRouter(tags=["governed memory"], route_class=_ReasonCodeRoute, responses=errors)
 
-    def authorized(op: Operation) -> Callable[..., Coroutine[Any, Any, Assertion]]:
+    def authorized(op: ControlOperation) -> Callable[..., Coroutine[Any, Any, Assertion]]:
         """The verified token for ``op``; a single-use token is spent here, before the call does anything."""
-        purpose = "offboard" if op is Operation.OFFBOARD else "control"
 
         async def dependency(
             request: Request, credentials: HTTPAuthorizationCredentials | None = _CREDENTIALS
         ) -> Assertion:
             token = credentials.credentials if credentials else None
-            assertion = verify(token, trust, now=clock.now(), purpose=purpose, op=op)
+            assertion = verify(token, trust, now=clock.now(), purpose=op.purpose, op=op)
             if assertion.entry is not None and str(assertion.entry) != request.path_params.get("entry_id"):
                 raise GovernedMemoryError(Reason.BAD_ASSERTION)  # minted for another entry: refused unspent
             if op.single_use:
@@ -291,63 +181,89 @@ def router(store: Store, trust: Trust) -> APIRouter:
 
         return dependency
 
-    token_for = {op: Depends(authorized(op)) for op in Operation}
-
-    @api.post("/consent", response_model=ConsentAnswer, openapi_extra=_body_schema(ConsentBody))
-    async def consent(request: Request, assertion: Assertion = token_for[Operation.CONSENT]) -> ConsentAnswer:
+    async def consent(request: Request, assertion: Assertion) -> object:
         """Explicit, versioned consent for the token's scope; advances the generation."""
         body = _body(request, ConsentBody)
-        grant = await store.grant(assertion.key, purpose=body.purpose, policy_version=body.policy_version)
-        return ConsentAnswer.model_validate(grant)
+        return await store.grant(_key(assertion), purpose=body.purpose, policy_version=body.policy_version)
 
-    @api.get("/status", response_model=StatusAnswer)
-    async def status(assertion: Assertion = token_for[Operation.STATUS]) -> _Answer:
+    async def status(request: Request, assertion: Assertion) -> object:
         """Consent, limits, live entry count and the last erasure of the token's scope."""
-        return StatusAnswer.model_validate(await store.status(assertion.key))
+        return await store.status(_key(assertion))
 
-    @api.get("/entries", response_model=EntriesAnswer)
-    async def entries(request: Request, assertion: Assertion = token_for[Operation.ENTRIES]) -> EntriesAnswer:
+    async def entries(request: Request, assertion: Assertion) -> object:
         """One page (``limit`` at most 50) of the scope's live entries, oldest first."""
         query = _parsed(PageQuery, _unique_members(request.query_params.multi_items()))  # each parameter once
-        return EntriesAnswer.model_validate(await store.inspect(assertion.key, limit=query.limit, cursor=query.cursor))
+        return await store.inspect(_key(assertion), limit=query.limit, cursor=query.cursor)
 
-    @api.delete("/entries/{entry_id}", response_model=DeletedAnswer)
-    async def forget(entry_id: str, assertion: Assertion = token_for[Operation.FORGET]) -> DeletedAnswer:
+    async def forget(request: Request, assertion: Assertion) -> object:
         """Erase exactly one entry of the token's scope and verify it unreadable."""
         try:
-            parsed = uuid.UUID(entry_id)
+            entry_id = uuid.UUID(request.path_params["entry_id"])
         except ValueError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
-        return DeletedAnswer.model_validate(await store.forget(assertion.key, parsed))
+        return await store.forget(_key(assertion), entry_id)
 
-    @api.post("/forget-all", response_model=ForgetAllAnswer, openapi_extra=_body_schema(ConfirmBody))
-    async def forget_all(request: Request, assertion: Assertion = token_for[Operation.FORGET_ALL]) -> ForgetAllAnswer:
+    async def forget_all(request: Request, assertion: Assertion) -> object:
         """Erase every entry of the token's scope (confirmation required); consent stays as it was."""
         _body(request, ConfirmBody)
-        return ForgetAllAnswer.model_validate(await store.forget_all(assertion.key))
+        return await store.forget_all(_key(assertion))
 
-    @api.post("/off", response_model=OffAnswer, openapi_extra=_body_schema(ConfirmBody))
-    async def off(request: Request, assertion: Assertion = token_for[Operation.OFF]) -> OffAnswer:
+    async def off(request: Request, assertion: Assertion) -> object:
         """Disable collection first, then erase and verify (confirmation required)."""
         _body(request, ConfirmBody)
-        return OffAnswer.model_validate(await store.off(assertion.key))
+        return await store.off(_key(assertion))
 
-    @api.post("/offboard", response_model=OffboardAnswer, openapi_extra=_body_schema(ConfirmBody))
-    async def offboard(request: Request, assertion: Assertion = token_for[Operation.OFFBOARD]) -> OffboardAnswer:
+    async def offboard(request: Request, assertion: Assertion) -> object:
         """Disable, erase and verify every scope of the token's principal, on every agent (confirmation required)."""
         _body(request, ConfirmBody)
-        return OffboardAnswer.model_validate(await store.offboard(assertion.principal))
+        return await store.offboard(assertion.principal)
+
+    handlers: dict[ControlOperation, Callable[[Request, Assertion], Coroutine[Any, Any, object]]] = {
+        ControlOperation.CONSENT: consent,
+        ControlOperation.STATUS: status,
+        ControlOperation.ENTRIES: entries,
+        ControlOperation.FORGET: forget,
+        ControlOperation.FORGET_ALL: forget_all,
+        ControlOperation.OFF: off,
+        ControlOperation.OFFBOARD: offboard,
+    }
+    for call in CALLS.values():
+        api.add_api_route(
+            call.route,
+            _endpoint(call, handlers[call.op], Depends(authorized(call.op))),
+            methods=[call.method],
+            response_model=call.answer,
+            name=call.op.value,
+            description=handlers[call.op].__doc__,
+            openapi_extra=_body_schema(call.body) if call.body else None,
+        )
 
     known = list(api.routes)
 
     # Last, so every call above wins: the rest of /memory/v1 answers a reason code, never the app's own 404/405.
-    @api.api_route("", methods=_EVERY_METHOD, include_in_schema=False)
-    @api.api_route("/{rest:path}", methods=_EVERY_METHOD, include_in_schema=False)
+    @api.api_route(PREFIX, methods=_EVERY_METHOD, include_in_schema=False)
+    @api.api_route(PREFIX + "/{rest:path}", methods=_EVERY_METHOD, include_in_schema=False)
     async def elsewhere(request: Request) -> Response:
         allowed = {m for r in known if r.matches(request.scope)[0] is not Match.NONE for m in r.methods or ()}
         raise _MethodNotAllowed(allowed) if allowed else GovernedMemoryError(Reason.NOT_FOUND)
 
     return api
+
+
+def _key(assertion: Assertion) -> ScopeKey:
+    assert assertion.key is not None  # every call but offboarding verifies a control token, which names its scope
+    return assertion.key
+
+
+def _endpoint(
+    call: Call, handler: Callable[[Request, Assertion], Coroutine[Any, Any, object]], token: Any
+) -> Callable[..., Coroutine[Any, Any, Answer]]:
+    """The route of ``call``: the verified token first, then ``handler``, its store value read as the answer."""
+
+    async def endpoint(request: Request, assertion: Assertion = token) -> Answer:
+        return call.answer.model_validate(await handler(request, assertion))
+
+    return endpoint
 
 
 def mount(app: FastAPI, store: Store, trust: Trust) -> None:

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 
 class Reason(StrEnum):
-    """Stable reason codes (CONTRACT.md). Add codes when needed; never put content in one."""
+    """Stable reason codes (docs/bridge.md lists them for callers). Add codes when needed; never put content in one."""
 
     NO_ASSERTION = "no_assertion"
     BAD_ASSERTION = "bad_assertion"

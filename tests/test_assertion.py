@@ -1,4 +1,4 @@
-"""The scope assertion is verified exactly as CONTRACT.md says; every refusal is a reason code (R4, R28, R32)."""
+"""The scope assertion is verified exactly as docs/bridge.md says; every refusal is a reason code (R4, R28, R32)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,8 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
-from kagent_memory_governed.assertion import Operation, Trust, verify
+from kagent_memory_governed.assertion import Trust, verify
+from kagent_memory_governed.contract import ControlOperation as Operation
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.testing import HOMESERVER, Bridge, b64, compact
 

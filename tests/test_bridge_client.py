@@ -13,9 +13,10 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from freezegun import freeze_time
 
-from kagent_memory_governed.assertion import Operation, Trust, verify
+from kagent_memory_governed.assertion import Trust, verify
 from kagent_memory_governed.bridge import AsyncControlClient, Memories, ScopeSigner, Subject
 from kagent_memory_governed.clock import now
+from kagent_memory_governed.contract import ControlOperation as Operation
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId
 from kagent_memory_governed.testing import AGENT, HOMESERVER, ISSUER, ScriptedModel, build_app, reply_text

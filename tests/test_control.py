@@ -1,4 +1,4 @@
-"""The control API: every call of CONTRACT.md, each refusal, and scope taken from the token only (R10-R14, R29)."""
+"""The control API: every call of docs/bridge.md, each refusal, and scope taken from the token only (R10-R14, R29)."""
 
 from __future__ import annotations
 

@@ -14,39 +14,16 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kagent_memory_governed.consent import admit_label
-from kagent_memory_governed.control import MAX_BODY_BYTES
+from kagent_memory_governed.contract import CALLS, MAX_BODY_BYTES
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.testing import Bridge, ScriptedModel, build_app
 
 CODES = {reason.value for reason in Reason} | {"internal_error"}
-ANSWERS = {
-    ("POST", "/memory/v1/consent"): {"enabled", "generation", "max_expiry_seconds", "entry_cap"},
-    ("GET", "/memory/v1/status"): {
-        "enabled",
-        "generation",
-        "purpose",
-        "policy_version",
-        "max_expiry_seconds",
-        "entry_cap",
-        "entries",
-        "last_erasure",
-    },
-    ("GET", "/memory/v1/entries"): {"entries", "next_cursor"},
-    ("DELETE", "/memory/v1/entries/{id}"): {"deleted", "verified", "generation"},
-    ("POST", "/memory/v1/forget-all"): {"erased", "verified", "generation"},
-    ("POST", "/memory/v1/off"): {"enabled", "generation", "erased", "verified"},
-    ("POST", "/memory/v1/offboard"): {"scopes", "erased", "verified"},
-}
-ROUTES = list(ANSWERS)
-OPERATIONS = {
-    ("POST", "/memory/v1/consent"): "consent",
-    ("GET", "/memory/v1/status"): "status",
-    ("GET", "/memory/v1/entries"): "entries",
-    ("DELETE", "/memory/v1/entries/{id}"): "forget",
-    ("POST", "/memory/v1/forget-all"): "forget-all",
-    ("POST", "/memory/v1/off"): "off",
-    ("POST", "/memory/v1/offboard"): "offboard",
-}
+# the contract's own table: a route's answer has exactly its model's members (docs/bridge.md states the same
+# calls for people; tests/test_docs.py holds the two together)
+ROUTES = [(call.method, call.route) for call in CALLS.values()]
+ANSWERS = {(call.method, call.route): set(call.answer.model_fields) for call in CALLS.values()}
+OPERATIONS = {(call.method, call.route): call.op.value for call in CALLS.values()}
 
 junk = st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1")))
 json_values = st.recursive(
@@ -97,7 +74,7 @@ def check(answer: httpx.Response, route: tuple[str, str]) -> None:
 )
 async def test_unauthenticated_junk_is_refused_with_a_code(client, route, authorization, body, query, entry_id):
     method, path = route
-    path = path.replace("{id}", quote(entry_id, safe="") or "x")
+    path = path.replace("{entry_id}", quote(entry_id, safe="") or "x")
     headers = {"Authorization": authorization} if authorization is not None else {}
     try:
         answer = await client.request(method, path, params={"q": query}, content=body.encode(), headers=headers)
@@ -124,7 +101,7 @@ async def test_signed_tokens_with_hostile_claims_and_bodies_get_contract_answers
     purpose = "offboard" if path.endswith("offboard") else "control"
     token = bridge.sign(time.time(), purpose, **{"op": OPERATIONS[route], **changes})  # the right op unless drawn
     params = {k: v for k, v in (("limit", limit), ("cursor", cursor)) if v is not None}
-    path = path.replace("{id}", "00000000-0000-0000-0000-000000000000")
+    path = path.replace("{entry_id}", "00000000-0000-0000-0000-000000000000")
     try:
         answer = await client.request(
             method, path, params=params, content=body.encode(), headers={"Authorization": f"Bearer {token}"}

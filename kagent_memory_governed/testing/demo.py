@@ -32,7 +32,7 @@ from pydantic import BaseModel
 from kagent_memory_governed import clock
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.bridge import AsyncControlClient, ScopeSigner, Subject
-from kagent_memory_governed.control import rfc3339
+from kagent_memory_governed.contract import rfc3339
 from kagent_memory_governed.embedded import database_url
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
