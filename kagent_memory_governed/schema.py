@@ -2,7 +2,7 @@
 in ``store``; the DDL that creates them lives in ``migrations/`` and a test proves the two agree.
 
 Everything lives in its own PostgreSQL schema, ``governed_memory``: never in kagent's ``memory`` table,
-whose controller extends expiry on access. Content (text, vectors) is only in ``entries``.
+whose controller extends expiry on access. Content (text, vectors) is only in ``entries``, and only sealed.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from sqlalchemy import (
     Identity,
     Index,
     Integer,
+    LargeBinary,
     MetaData,
     PrimaryKeyConstraint,
     Table,
@@ -75,20 +76,29 @@ scopes = Table(
     Index("scopes_unfinished_erasure", "scope_id", postgresql_where=text("erasure IN ('pending', 'failed')")),
 )
 
-# Memory content. The scope id leads the primary key so the table can be partitioned or
-# distributed by scope (R35). Entries are immutable: erasure is DELETE, expiry never moves.
+# Memory content, sealed: text and embedding are one ciphertext under a key of the entry's own, held in the key
+# store, never here (R42; store/sealing.py). ``text`` and ``embedding`` hold what an earlier version stored in plain
+# text until ``migrate`` seals it. The scope id leads the primary key so the table can be partitioned or
+# distributed by scope (R35). Entries are immutable: erasure is DELETE (and the key's destruction), expiry never
+# moves.
 entries = Table(
     "entries",
     metadata,
     Column("scope_id", UUID(as_uuid=True), ForeignKey(scopes.c.scope_id, ondelete="RESTRICT"), nullable=False),
     Column("entry_id", UUID(as_uuid=True), nullable=False),
-    Column("text", Text, nullable=False),
-    Column("embedding", VECTOR(EMBEDDING_DIMENSIONS), nullable=False),
+    Column("sealed", LargeBinary),
+    Column("text", Text),
+    Column("embedding", VECTOR(EMBEDDING_DIMENSIONS)),
     Column("generation", BigInteger, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("scope_id", "entry_id", name="entries_pkey"),
-    CheckConstraint("octet_length(text) BETWEEN 1 AND 512", name="entries_fact_size"),
+    CheckConstraint("octet_length(sealed) BETWEEN 3103 AND 3614", name="entries_sealed_size"),
+    CheckConstraint(
+        "(sealed IS NOT NULL AND text IS NULL AND embedding IS NULL) OR (sealed IS NULL AND text IS NOT NULL"
+        " AND embedding IS NOT NULL AND octet_length(text) BETWEEN 1 AND 512)",
+        name="entries_sealed_or_plain",
+    ),
     CheckConstraint(
         "expires_at > created_at AND expires_at <= created_at + interval '7 days'", name="entries_expiry_ceiling"
     ),

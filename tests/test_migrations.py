@@ -29,9 +29,9 @@ async def fresh_database(database_url: str, sql: asyncpg.Connection):
 
 
 async def test_migrate_reaches_head_and_is_idempotent(store: Store):
-    assert Store.head_revision() == "0010"
-    assert await store.migrate() == "0010"
-    assert await store.migrate() == "0010"
+    assert Store.head_revision() == "0011"
+    assert await store.migrate() == "0011"
+    assert await store.migrate() == "0011"
     await store.check_ready()
 
 
@@ -42,7 +42,7 @@ async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: 
             await first.check_ready()
         assert refused.value.reason is Reason.SCHEMA_MISSING
         assert await first.revision() is None
-        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0010", "0010"]  # replicas race safely
+        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0011", "0011"]  # replicas race safely
         await first.check_ready()
     finally:
         await first.close()
@@ -71,11 +71,11 @@ async def test_the_declared_schema_matches_the_migrations(store: Store, database
 
 
 async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key(sql: asyncpg.Connection, store):
-    storage = await sql.fetchval(
+    storage = await sql.fetch(
         "SELECT attstorage::text FROM pg_attribute WHERE attrelid = 'governed_memory.entries'::regclass"
-        " AND attname = 'embedding'"
+        " AND attname IN ('embedding', 'sealed')"
     )
-    assert storage == "p"
+    assert [row[0] for row in storage] == ["p", "p"]  # inline, never compressed or moved to TOAST
     leading = await sql.fetchval(
         "SELECT a.attname FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]"
         " WHERE i.indrelid = 'governed_memory.entries'::regclass AND i.indisprimary"
@@ -85,8 +85,8 @@ async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key
 
 async def test_the_database_refuses_orphan_entries_and_wrong_dimensions(sql: asyncpg.Connection, store):
     insert = (
-        "INSERT INTO governed_memory.entries VALUES (gen_random_uuid(), gen_random_uuid(), 'x', $1, 1,"
-        " now(), now() + interval '1 hour')"
+        "INSERT INTO governed_memory.entries (scope_id, entry_id, text, embedding, generation, created_at,"
+        " expires_at) VALUES (gen_random_uuid(), gen_random_uuid(), 'x', $1, 1, now(), now() + interval '1 hour')"
     )
     with pytest.raises(asyncpg.ForeignKeyViolationError):
         await sql.execute(insert, str([1.0] * 768))

@@ -98,12 +98,20 @@ async def test_a_fact_of_513_bytes_is_refused(store: Store, key: ScopeKey, fact:
 
 
 async def test_the_database_refuses_a_513_byte_fact(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+    """Sealed, a fact's size still shows: nonce, length, text, 768 single-precision values and tag."""
     await store.grant(key, purpose="assist", policy_version="v1")
-    with pytest.raises(asyncpg.CheckViolationError, match="entries_fact_size"):
+    insert = (
+        "INSERT INTO governed_memory.entries (scope_id, entry_id, sealed, generation, created_at, expires_at)"
+        " VALUES ($1, gen_random_uuid(), $2, 1, now(), now() + interval '1h')"
+    )
+    with pytest.raises(asyncpg.CheckViolationError, match="entries_sealed_size"):
+        await sql.execute(insert, key.scope_id, bytes(12 + 2 + 513 + 4 * 768 + 16))
+    await sql.execute(insert, key.scope_id, bytes(12 + 2 + 512 + 4 * 768 + 16))
+    with pytest.raises(asyncpg.CheckViolationError, match="entries_sealed_or_plain"):  # never both forms
         await sql.execute(
-            "INSERT INTO governed_memory.entries"
-            " VALUES ($1, gen_random_uuid(), $2, $3, 1, now(), now() + interval '1h')",
+            "INSERT INTO governed_memory.entries VALUES ($1, gen_random_uuid(), 'x', $2, 1, now(),"
+            " now() + interval '1h', $3)",
             key.scope_id,
-            "€" * 171,
             str([1.0] * 768),
+            bytes(3200),
         )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from types import SimpleNamespace
 
 import asyncpg
 import pytest
@@ -16,7 +17,7 @@ from support import facts, refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS, Policy
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store import NewFact, Store, turn_ref
+from kagent_memory_governed.store import NewFact, Store, sealing, turn_ref
 from kagent_memory_governed.testing import embed
 
 
@@ -119,7 +120,7 @@ async def test_a_prefetch_is_one_fence_one_snapshot_and_one_ledger_row(
         " ORDER BY ledger_id",
         key.scope_id,
     )
-    assert [tuple(row) for row in rows] == [("ok", 6), ("ok", 2), ("ok", 2), ("ok", 2)]
+    assert [tuple(row) for row in rows] == [("ok", 4)] * 4  # the entries read (and opened, ranked in the process)
     assert await refusal(store.search_many(key, generation + 1, queries)) is Reason.CONSENT_STALE
     refused = await sql.fetch(
         "SELECT reason FROM governed_memory.ledger WHERE scope_id = $1 AND result = 'refused'", key.scope_id
@@ -142,11 +143,15 @@ async def test_a_vector_value_beyond_single_precision_is_bad_input(store: Store,
     assert await refusal(store.write(key, generation, [NewFact("x", vector)])) is Reason.BAD_INPUT
 
 
-async def test_vectors_are_stored_as_sent(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_vectors_are_sealed_as_sent(store: Store, key: ScopeKey, sql: asyncpg.Connection):
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     [entry_id] = await store.write(key, generation, facts("likes green tea"))
-    stored = await sql.fetchval("SELECT embedding::real[] FROM governed_memory.entries WHERE entry_id = $1", entry_id)
-    assert stored == pytest.approx(embed("likes green tea"), abs=1e-7)
+    row = await sql.fetchrow("SELECT * FROM governed_memory.entries WHERE entry_id = $1", entry_id)
+    assert row["text"] is None and row["embedding"] is None  # only the ciphertext is stored
+    keyring = await store.key_store.fetch(key.scope_id)
+    [opened] = sealing.open_entries(key.scope_id, [SimpleNamespace(**row)], keyring)
+    assert opened.text == "likes green tea"
+    assert opened.embedding.tolist() == pytest.approx(embed("likes green tea"), abs=1e-7)
     [hit] = await store.search(key, generation, embed("likes green tea"), top_k=1)
     assert hit.score == pytest.approx(1.0, abs=1e-6)
 

@@ -46,6 +46,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from kagent_memory_governed import redaction
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.keys import KeyStore, configured
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import (
@@ -59,6 +60,7 @@ from kagent_memory_governed.store import (
     turns,
 )
 from kagent_memory_governed.store.database import Database, prepare_connections
+from kagent_memory_governed.store.sealing import Keyrings
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
     Entry,
@@ -78,8 +80,13 @@ from kagent_memory_governed.store.values import (
 class Store:
     """Governed memory over one PostgreSQL database. Create with ``Store.connect``; ``close`` when done."""
 
-    def __init__(self, engine: AsyncEngine, policy: Policy) -> None:
-        self._db = Database(engine, policy)
+    def __init__(self, engine: AsyncEngine, policy: Policy, keys: KeyStore) -> None:
+        self._db = Database(engine, policy, Keyrings(keys))
+
+    @property
+    def key_store(self) -> KeyStore:
+        """Where this store's entry keys live (``kagent_memory_governed.keys``)."""
+        return self._db.keys.store
 
     @property
     def policy(self) -> Policy:
@@ -95,6 +102,7 @@ class Store:
         url: str,
         policy: Policy,
         *,
+        keys: KeyStore | None = None,
         pool_size: int = 5,
         max_overflow: int = 10,
         pool_timeout: float = 10.0,
@@ -105,8 +113,16 @@ class Store:
         ``connection``; a bad one is a ``ConfigurationError`` naming it). Connections are opened lazily. Statement
         parameters never appear in logs or exception text, nor do result rows (``redaction``). A pool
         that stays exhausted, a statement or lock wait past its timeout: ``store_unavailable``. There is
-        no pre-ping: a connection the driver knows is closed is replaced at checkout (``database``)."""
+        no pre-ping: a connection the driver knows is closed is replaced at checkout (``database``).
+
+        Entries are sealed under keys held in ``keys``, a key store outside the database; unset, the one the
+        settings configure (``KAGENT_GOVERNED_MEMORY_KEY_STORE``, by default the embedded one beside the embedded
+        database: ``kagent_memory_governed.keys.configured``)."""
         database = connection.parse(url)
+        if keys is None:
+            from kagent_memory_governed.settings import Settings
+
+            keys = configured(Settings.load())
         redaction.install_log_boundary()
         engine = create_async_engine(
             database.url,
@@ -127,10 +143,11 @@ class Store:
             },
         )
         prepare_connections(engine)
-        return cls(engine, policy)
+        return cls(engine, policy, keys)
 
     async def close(self) -> None:
         await self._db.engine.dispose()
+        await self._db.keys.store.close()
 
     def limit_expiry(self, seconds: int) -> None:
         """Lower the expiry ceiling of every later grant, write and status (an Agent's ``memory.ttlDays``):
@@ -142,7 +159,8 @@ class Store:
 
     async def migrate(self, to: str = "head") -> str:
         """Create or upgrade the schema to ``to`` (default head; an older revision downgrades) under an
-        advisory lock; returns the revision. Refuses (``unsupported_database``) PostgreSQL older than 15 or
+        advisory lock, then seal every entry an earlier version stored in plain text (its key in the key store);
+        returns the revision. Refuses (``unsupported_database``) PostgreSQL older than 15 or
         pgvector older than 0.7 (``extension_missing`` when this role may not create it), a database newer
         than this package (``schema_newer``) and an unknown revision (``bad_input``)."""
         return await schema_admin.migrate(self._db, to)
@@ -197,7 +215,12 @@ class Store:
         Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``. ``write`` and ``search`` fence
         again in their own transaction: admission is a gate, not the fence."""
         admitted = admission.admit(self._db, key, generation, operation, units=units, explicit=explicit)
-        await erasure.finishing(self._db, key.scope_id, admitted)
+        keyring = self._db.keys.start(key.scope_id, generation)  # fetched while admission decides, for the work
+        try:
+            await erasure.finishing(self._db, key.scope_id, admitted)
+        except GovernedMemoryError:
+            self._db.keys.cancel(key.scope_id, keyring)  # refused work reads no key
+            raise
 
     async def claim_once(self, jti: str, valid_until: datetime) -> None:
         """Accept a token id once, on every replica; a second claim is ``assertion_replayed``. Decided on the

@@ -1,14 +1,19 @@
-"""The data plane: facts written and searched under a consent generation, fenced in the transaction that
-does the work; and the subject's own paged view of its entries, with cursors bound to their scope."""
+"""The data plane: facts written and searched under a consent generation, fenced in the statement that does the
+work; and the subject's own paged view of its entries, with cursors bound to their scope. Entries are sealed
+under keys of their own before they are written, and opened and ranked here after they are read
+(``store/sealing.py``); the keys come from the key store, never from the database."""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import binascii
 import uuid
 from collections.abc import Sequence
+from contextlib import suppress
 from datetime import UTC, datetime, timedelta
 
+import numpy
 from sqlalchemy import select, tuple_
 
 from kagent_memory_governed import clock
@@ -17,7 +22,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import entries, live
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store import functions
+from kagent_memory_governed.store import functions, sealing
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, raise_refusal, record, refuse
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
 
@@ -33,18 +38,50 @@ async def write(
         admitted = [(admit_fact(f.text, db.policy), admit_embedding(f.embedding)) for f in facts]
         # the policy's bound; the function lowers it to what the scope's consent allows
         lifetime = expiry_seconds(expires_in, db.policy, db.policy.max_expiry_seconds)
-    parameters = {
-        "scope": sid,
-        "generation": generation,
-        "now": clock.now(),
-        "facts": [fact for fact, _ in admitted],
-        "vectors": [vector for _, vector in admitted],
-        "cap": db.policy.entry_cap,
-        "lifetime": lifetime,
-    }
-    rows = await db.call(functions.WRITE, parameters)
+    pending = db.keys.start(sid, generation)
+    distinct: dict[str, numpy.ndarray] = {}  # one entry a fact, with the first of its embeddings
+    for fact, vector in admitted:
+        distinct.setdefault(fact, vector)
+    new = {fact: (uuid.uuid4(), sealing.new_key(fact, sid, generation)) for fact in distinct}
+    sealed = [sealing.seal(new[fact][1], sid, new[fact][0], fact, vector) for fact, vector in distinct.items()]
+    keys = {entry: entry_key for entry, entry_key in new.values()}
+    try:
+        await db.keys.store.store(sid, keys)  # durable before any ciphertext it opens is committed
+        keyring = await db.keys.ring(sid, generation, task=pending)
+    except GovernedMemoryError as failed:
+        db.keys.cancel(sid, pending)
+        await _record_refusal(db, Operation.WRITE, failed.reason, sid, generation)
+        raise
+    for attempt in (1, 2):
+        position = {new[fact][1].token: i for i, fact in enumerate(distinct, 1)}
+        same = [(position[k.token], entry) for entry, k in keyring.items() if k.token in position and entry not in keys]
+        parameters = {
+            "scope": sid,
+            "generation": generation,
+            "now": clock.now(),
+            "ids": [new[fact][0] for fact in distinct],
+            "sealed": sealed,
+            "same_of": [i for i, _ in same],
+            "same": [entry for _, entry in same],
+            "known": list(keyring),
+            "cap": db.policy.entry_cap,
+            "lifetime": lifetime,
+        }
+        rows = await db.call(functions.WRITE, parameters)
+        if not rows or rows[0].refusal != Reason.KEYRING_STALE or attempt == 2:
+            break
+        db.keys.drop(sid)  # another writer stored an entry this keyring lacks: fetch it again, decide again
+        keyring = await db.keys.ring(sid, generation) | keys
+    stale = bool(rows) and rows[0].refusal == Reason.KEYRING_STALE
+    stored = dict(zip(distinct, [row.entry_id for row in rows], strict=False)) if not stale else {}
+    unused = [entry for fact, (entry, _) in new.items() if stored.get(fact) != entry]
+    if unused:  # refused, or facts already held by a live entry: their keys open nothing
+        with suppress(GovernedMemoryError):
+            await db.keys.store.destroy(sid, entries=unused)
+    if stale:
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="keyring_contended")
     raise_refusal(rows)
-    stored = {row.fact: row.entry_id for row in rows}
+    db.keys.add(sid, generation, {entry: k for entry, k in keys.items() if entry not in unused})
     return [stored[fact] for fact, _ in admitted]
 
 
@@ -65,21 +102,25 @@ async def search(
         admit_int(top_k, low=1, high=db.policy.entry_cap)
         if not -1.0 <= float(min_score) <= 1.0:
             raise GovernedMemoryError(Reason.BAD_INPUT)
-    parameters = {
-        "scope": sid,
-        "generation": generation,
-        "now": clock.now(),
-        "queries": queries,
-        "top_k": top_k,
-        "max_distance": 1.0 - float(min_score),
-    }
-    rows = await db.call(functions.SEARCH, parameters)
-    raise_refusal(rows)
-    found: list[list[Hit]] = [[] for _ in queries]
-    for r in rows:
-        if r.entry_id is not None:
-            found[r.query - 1].append(Hit(r.entry_id, r.fact, 1.0 - r.distance, r.created_at, r.expires_at))
-    return found
+    pending = db.keys.start(sid, generation)  # the keyring is fetched while the statement runs
+    try:
+        rows = await db.call(functions.SEARCH, {"scope": sid, "generation": generation, "now": clock.now()})
+        raise_refusal(rows)
+    except GovernedMemoryError:
+        db.keys.cancel(sid, pending)
+        raise
+    rows = [row for row in rows if row.entry_id is not None]
+    keyring = await db.keys.ring(sid, generation, needs=[row.entry_id for row in rows], task=pending)
+    opened = sealing.open_entries(sid, rows, keyring)
+    found = sealing.rank(opened, queries, top_k=top_k, max_distance=1.0 - float(min_score))
+    return [[Hit(e.entry_id, e.text, 1.0 - d, e.created_at, e.expires_at) for e, d in hits] for hits in found]
+
+
+async def _record_refusal(db: Database, operation: str, reason: Reason, sid: uuid.UUID, generation: int) -> None:
+    """The ledger row of work refused before its statement (the key store could not serve)."""
+    with suppress(GovernedMemoryError):
+        async with db.transaction() as conn:
+            await record(conn, operation, Result.REFUSED, reason=reason, scope_id=sid, generation=generation)
 
 
 async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None) -> Page:
@@ -89,13 +130,30 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
         after = _decode_cursor(key, cursor) if cursor is not None else None
     now = clock.now()
     query = (
-        select(entries.c.entry_id, entries.c.text, entries.c.created_at, entries.c.expires_at)
+        select(entries.c.entry_id, entries.c.sealed, entries.c.created_at, entries.c.expires_at)
         .where(entries.c.scope_id == sid, live(now))
         .order_by(entries.c.created_at, entries.c.entry_id)
         .limit(limit + 1)
     )
     if after is not None:
         query = query.where(tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(*after))
+    keyring = asyncio.ensure_future(db.keys.store.fetch(sid))  # the subject's own read: never a kept keyring
+    try:
+        rows = await _page(db, sid, query, now, limit)
+        opened = {e.entry_id: e for e in sealing.open_entries(sid, rows[:limit], await keyring)}
+    finally:
+        keyring.cancel()
+    page = [
+        Entry(r.entry_id, opened[r.entry_id].text, str(key.room), r.created_at, r.expires_at)
+        for r in rows[:limit]
+        if r.entry_id in opened  # a row without its key is being erased or expiring: never shown
+    ]
+    more = len(rows) > limit
+    last = rows[limit - 1] if more else None
+    return Page(page, _encode_cursor(key, last.created_at, last.entry_id) if last is not None else None)
+
+
+async def _page(db: Database, sid: uuid.UUID, query, now: datetime, limit: int) -> list:
     async with db.transaction(durable=False) as conn:
         await admit_read(conn, sid, now, db.policy.control_reads_per_hour)
         # entries an unfinished erasure is removing are never shown: only the state (``status``) is
@@ -105,9 +163,7 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
             await refuse(conn, Operation.INSPECT, refusal, scope_id=sid, at=now)
         rows = (await conn.execute(query)).all()
         await record(conn, Operation.INSPECT, Result.OK, scope_id=sid, count=min(len(rows), limit), at=now)
-    page = [Entry(r.entry_id, r.text, str(key.room), r.created_at, r.expires_at) for r in rows[:limit]]
-    more = len(rows) > limit
-    return Page(page, _encode_cursor(key, page[-1].created_at, page[-1].entry_id) if more else None)
+    return rows
 
 
 def _encode_cursor(key: ScopeKey, created_at: datetime, entry_id: uuid.UUID) -> str:

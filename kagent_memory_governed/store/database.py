@@ -19,15 +19,12 @@ from datetime import datetime, timedelta
 from typing import NoReturn
 
 import asyncpg
-import numpy
-from pgvector import Vector
 from pgvector.asyncpg import register_vector
 from sqlalchemy import Executable, Row, event, func, insert, select, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
-from sqlalchemy.types import UserDefinedType
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure
@@ -35,6 +32,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.schema import ledger, scopes
 from kagent_memory_governed.store.connection import tls_cause
+from kagent_memory_governed.store.sealing import Keyrings
 
 _DATABASE_ERRORS = (
     SQLAlchemyError,
@@ -109,18 +107,6 @@ async def _register_vector(conn: asyncpg.Connection) -> None:
     await register_vector(conn, schema=schema)
 
 
-class Vectors(UserDefinedType):
-    """A ``vector[]`` parameter sent in pgvector's binary format: 4 bytes a value, no text to format or parse."""
-
-    cache_ok = True
-
-    def get_col_spec(self, **kw) -> str:
-        return "vector[]"
-
-    def bind_processor(self, dialect):
-        return lambda vectors: [Vector(numpy.asarray(vector, dtype=numpy.float32)) for vector in vectors]
-
-
 class _Refused(Exception):
     """Raised inside a transaction: commit what was recorded (the ledger row), then refuse."""
 
@@ -130,10 +116,12 @@ class _Refused(Exception):
 
 @dataclass(frozen=True, slots=True)
 class Database:
-    """The engine and the policy every statement of the store runs under."""
+    """The engine and the policy every statement of the store runs under, and the keyrings that open what the
+    statements return (the keys themselves are never in the database: ``store/sealing.py``)."""
 
     engine: AsyncEngine  # autocommit: a statement outside ``transaction`` is a transaction of its own
     policy: Policy
+    keys: Keyrings
 
     async def call(self, statement: Executable, parameters: dict[str, object] | None = None) -> list[Row]:
         """One statement in a transaction of its own: one round trip. Its rows; failures as in ``transaction``."""

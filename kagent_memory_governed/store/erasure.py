@@ -1,9 +1,11 @@
 """Erasure: fence, delete, verify, settle (R8, R9, R12, R13, R29); and the completion of an interrupted one.
 
 Every erasure first fences in a transaction of its own (disable the scope, advance its generation, record
-what it erases), so work admitted before it cannot write again; then deletes; then verifies in a fresh
-transaction; then settles the scope. That is two round trips: the fence's statement, then one call of the
-procedure ``governed_memory.clear`` (``store/sql/clear.sql``), which commits the delete before it verifies. A failure
+what it erases), so work admitted before it cannot write again; then destroys the erased entries' keys in the
+key store and verifies the store cannot give them back (R42: from here no copy of the entries can be opened);
+then deletes; then verifies in a fresh transaction; then settles the scope. That is two round trips to the
+database: the fence's statement, then one call of the procedure ``governed_memory.clear``
+(``store/sql/clear.sql``), which commits the delete before it verifies; and two calls of the key store. A failure
 anywhere leaves the scope disabled, ``erasure = failed``, with a content-free ledger row, and raises
 ``erasure_failed``.
 
@@ -177,11 +179,14 @@ async def _erase(
 async def _clear(
     db: Database, sid: uuid.UUID, generation: int, operation: Operation, *, entry_id: uuid.UUID | None
 ) -> int:
-    """Delete, verify in a fresh transaction, then settle the fenced scope: one call of the procedure
-    ``governed_memory.clear``, which commits between those steps and deletes only while this erasure's fence
-    stands. Any failure leaves the scope disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9)."""
+    """Destroy the erased keys and verify them gone from the key store (``_destroy_keys``); then delete, verify
+    in a fresh transaction, and settle the fenced scope: one call of the procedure ``governed_memory.clear``,
+    which commits between those steps and deletes only while this erasure's fence stands. Any failure leaves the
+    scope disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9); every step may run again."""
     parameters = {"scope": sid, "generation": generation, "operation": str(operation), "entry": entry_id}
+    db.keys.drop(sid)
     try:
+        await _destroy_keys(db, sid, generation, entry_id)
         [outcome] = await db.call(functions.CLEAR, parameters | {"now": clock.now()})
         if outcome.remaining:  # a settled fence counts none: whoever settled it verified
             raise GovernedMemoryError(Reason.ERASURE_FAILED)
@@ -189,6 +194,20 @@ async def _clear(
     except Exception:  # whatever failed, the scope stays disabled (R9)
         await _mark_failed(db, sid, generation, operation, entry_id)
         raise GovernedMemoryError(Reason.ERASURE_FAILED) from None
+
+
+async def _destroy_keys(db: Database, sid: uuid.UUID, generation: int, entry_id: uuid.UUID | None) -> None:
+    """Destroy the keys this erasure covers, then verify the key store can give none of them back: the entry's,
+    or every key written before the fence at ``generation`` (never one written after it, so a late run of a
+    settled erasure cannot touch a new grant's entries). First, while the fence keeps every reader out: from
+    then on no copy of the entries, anywhere, can be opened, whatever happens to the delete that follows."""
+    covered = {"entries": [entry_id]} if entry_id is not None else {"before": generation}
+    for _ in range(3):  # a write admitted before the fence may store its key after a destroy; its statement is
+        # then refused by the fence, so that key never opens anything, but it is destroyed all the same
+        await db.keys.store.destroy(sid, **covered)
+        if await db.keys.store.destroyed(sid, **covered):
+            return
+    raise GovernedMemoryError(Reason.ERASURE_FAILED)
 
 
 async def _mark_failed(

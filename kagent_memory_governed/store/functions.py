@@ -11,11 +11,21 @@ from __future__ import annotations
 
 from importlib.resources import files
 
-from sqlalchemy import BigInteger, Boolean, DateTime, Double, Integer, Select, Text, bindparam, func, select, text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    DateTime,
+    Integer,
+    LargeBinary,
+    Select,
+    Text,
+    bindparam,
+    func,
+    select,
+    text,
+)
 from sqlalchemy.dialects.postgresql import ARRAY, UUID
 from sqlalchemy.types import TypeEngine
-
-from kagent_memory_governed.store.database import Vectors
 
 
 def sources() -> dict[str, str]:
@@ -38,15 +48,20 @@ def _call(name: str, parameters: dict[str, TypeEngine], columns: tuple[str, ...]
     return select(*(table.c[column] for column in columns))
 
 
-SEARCH = _call(
-    "search",
-    _SCOPE | {"queries": Vectors(), "top_k": Integer(), "max_distance": Double()},
-    ("refusal", "query", "entry_id", "fact", "created_at", "expires_at", "distance"),
-)
+SEARCH = _call("search", _SCOPE, ("refusal", "entry_id", "sealed", "created_at", "expires_at"))
 WRITE = _call(
     "write",
-    _SCOPE | {"facts": ARRAY(Text), "vectors": Vectors(), "cap": Integer(), "lifetime": BigInteger()},
-    ("refusal", "fact", "entry_id"),
+    _SCOPE
+    | {
+        "ids": ARRAY(UUID),
+        "sealed": ARRAY(LargeBinary),
+        "same_of": ARRAY(Integer),
+        "same": ARRAY(UUID),
+        "known": ARRAY(UUID),
+        "cap": Integer(),
+        "lifetime": BigInteger(),
+    },
+    ("refusal", "entry_id"),
 )
 ADMIT = _call(
     "admit",

@@ -1,11 +1,14 @@
 """Maintenance, safe on every replica: unfinished erasures are completed (R9), expired entries are deleted
-physically (R19), and ledger records, token claims, usage records and turns past their use are pruned.
+physically with their keys destroyed first (R19, R42), and ledger records, token claims, usage records and
+turns past their use are pruned.
 Entries expire on the application clock bound into the statement; token claims on the database's clock,
 the one every replica shares (``admission.claim_once``)."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+import uuid
+from collections import defaultdict
+from datetime import datetime, timedelta
 
 from sqlalchemy import delete, func, not_, select, tuple_
 
@@ -19,21 +22,7 @@ from kagent_memory_governed.store.database import Database, record
 async def sweep(db: Database, *, batch: int) -> int:
     unverified = await erasure.finish_all(db, batch=batch)  # first: content nobody may keep any longer
     now = clock.now()
-    total = 0
-    while True:
-        doomed = (
-            select(entries.c.scope_id, entries.c.entry_id)
-            .where(not_(live(now)))
-            .limit(batch)
-            .with_for_update(skip_locked=True)
-        )
-        async with db.transaction() as conn:
-            result = await conn.execute(
-                delete(entries).where(tuple_(entries.c.scope_id, entries.c.entry_id).in_(doomed))
-            )
-            total += result.rowcount
-        if result.rowcount < batch:
-            break
+    total, keys_failed = await _expire(db, now, batch=batch)
     retained = now - timedelta(days=db.policy.ledger_retention_days)
     while True:
         aged = select(ledger.c.ledger_id).where(ledger.c.at < retained).limit(batch).with_for_update(skip_locked=True)
@@ -55,4 +44,38 @@ async def sweep(db: Database, *, batch: int) -> int:
         await record(conn, Operation.SWEEP, Result.OK, count=total, at=now)
     if unverified:  # the rest is done; the operator learns that an erasure still cannot be verified
         raise GovernedMemoryError(Reason.ERASURE_FAILED)
+    if keys_failed:  # expired entries whose keys could not be destroyed stay (unreadable) for the next run
+        raise GovernedMemoryError(Reason.KEY_UNAVAILABLE)
     return total
+
+
+async def _expire(db: Database, now: datetime, *, batch: int) -> tuple[int, bool]:
+    """Delete expired entries physically, ``batch`` at a time, each batch's keys destroyed first: an expired entry
+    is never readable (R18), and once its key is gone no copy of it can be opened either. A run interrupted
+    between the two leaves expired rows whose keys are gone, which the next run deletes. Returns how many were
+    deleted, and whether the key store failed (the rows it could not reach stay for the next run)."""
+    total, after = 0, None
+    while True:
+        doomed = select(entries.c.scope_id, entries.c.entry_id).where(not_(live(now)))
+        if after is not None:
+            doomed = doomed.where(tuple_(entries.c.scope_id, entries.c.entry_id) > tuple_(*after))
+        found = await db.call(doomed.order_by(entries.c.scope_id, entries.c.entry_id).limit(batch))
+        if not found:
+            return total, False
+        by_scope: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
+        for row in found:
+            by_scope[row.scope_id].append(row.entry_id)
+        try:
+            for scope, expired in by_scope.items():
+                await db.keys.store.destroy(scope, entries=expired)
+        except GovernedMemoryError:
+            return total, True
+        async with db.transaction() as conn:
+            pairs = [(row.scope_id, row.entry_id) for row in found]
+            deleted = await conn.execute(
+                delete(entries).where(tuple_(entries.c.scope_id, entries.c.entry_id).in_(pairs), not_(live(now)))
+            )
+            total += deleted.rowcount
+        if len(found) < batch:
+            return total, False
+        after = (found[-1].scope_id, found[-1].entry_id)

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 from importlib.resources import files
 
+import numpy
 from alembic.migration import MigrationContext
-from sqlalchemy import column, func, select, table, text
+from sqlalchemy import column, exists, func, select, table, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.schema import SCHEMA, scopes
+from kagent_memory_governed.schema import SCHEMA, entries, scopes
 from kagent_memory_governed.store.database import Database
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
@@ -58,7 +59,56 @@ async def migrate(db: Database, to: str = "head") -> str:
             await conn.execute(text("ALTER EXTENSION vector UPDATE"))
         await conn.execute(CreateSchema(SCHEMA, if_not_exists=True))
         await conn.run_sync(move)
+    if await revision(db) not in _before_sealing(scripts):
+        await seal_plain_entries(db)
     return await revision(db)
+
+
+def _before_sealing(scripts) -> set[str | None]:
+    """Revisions whose entries have no ``sealed`` column: nothing to seal there."""
+    return {None} | _ancestors(scripts, _SEALING)
+
+
+_SEALING = "0011"
+
+
+async def seal_plain_entries(db: Database, *, batch: int = 500) -> int:
+    """Seal every entry an earlier version stored in plain text (migration 0011), ``batch`` at a time: a key for
+    each, stored in the key store first, then the row's text and embedding replaced by their ciphertext (the
+    one change the immutability trigger allows). Idempotent; returns how many were sealed. What those rows were
+    before stays in WAL, replicas and backups taken earlier, for their own retention (docs/privacy.md)."""
+    from kagent_memory_governed.store import sealing
+
+    total = 0
+    while True:
+        async with db.transaction() as conn:
+            rows = (
+                await conn.execute(
+                    select(entries.c.scope_id, entries.c.entry_id, entries.c.text, entries.c.embedding)
+                    .add_columns(entries.c.generation)
+                    .where(entries.c.sealed.is_(None))
+                    .order_by(entries.c.scope_id, entries.c.entry_id)
+                    .limit(batch)
+                    .with_for_update(skip_locked=True)
+                )
+            ).all()
+            by_scope: dict = {}
+            for row in rows:
+                key = sealing.new_key(row.text, row.scope_id, row.generation)
+                sealed = sealing.seal(key, row.scope_id, row.entry_id, row.text, numpy.asarray(row.embedding))
+                by_scope.setdefault(row.scope_id, {})[row.entry_id] = (key, sealed)
+            for scope, sealed_entries in by_scope.items():
+                await db.keys.store.store(scope, {entry: key for entry, (key, _) in sealed_entries.items()})
+            for scope, sealed_entries in by_scope.items():
+                for entry, (_, sealed) in sealed_entries.items():
+                    await conn.execute(
+                        update(entries)
+                        .where(entries.c.scope_id == scope, entries.c.entry_id == entry)
+                        .values(sealed=sealed, text=None, embedding=None)
+                    )
+        total += len(rows)
+        if len(rows) < batch:
+            return total
 
 
 def _target(scripts, to: str) -> str:
@@ -114,7 +164,9 @@ async def revision(db: Database) -> str | None:
 async def check_ready(db: Database) -> None:
     """Serve only at this package's head: ``unsupported_database`` (server or pgvector too old),
     ``schema_missing`` (never migrated), ``schema_newer`` (migrated past this package, naming both revisions),
-    ``schema_outdated`` (an older revision, or pgvector installed below 0.7). Logs nothing."""
+    ``schema_outdated`` (an older revision, pgvector installed below 0.7, or entries an earlier version stored in
+    plain text that ``migrate`` has not sealed yet), ``key_unavailable`` (the key store cannot serve). Logs
+    nothing."""
     async with db.transaction() as conn:
         await _check_server(conn)
         installed = await conn.scalar(
@@ -129,6 +181,10 @@ async def check_ready(db: Database) -> None:
         raise GovernedMemoryError(Reason.SCHEMA_NEWER, cause=cause)
     if found != scripts.get_current_head() or installed is None or _version_tuple(installed) < MIN_PGVECTOR:
         raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
+    async with db.transaction() as conn:
+        if await conn.scalar(select(exists().where(entries.c.sealed.is_(None)))):
+            raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause="plain_entries")  # run migrate: it seals them
+    await db.keys.store.check()
 
 
 async def _check_server(conn: AsyncConnection) -> None:

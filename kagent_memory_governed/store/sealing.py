@@ -1,0 +1,168 @@
+"""Entries as the database holds them: sealed, each under a key of its own that lives in the key store (R42).
+
+An entry's text and embedding are one AES-256-GCM ciphertext (``nonce || ciphertext || tag``) with the scope id
+and the entry id as associated data, so a sealed entry cannot be moved to another scope or entry. Its key is
+used for that entry only. What reaches the database is the ciphertext, its ids and its times: never the text,
+the embedding, a digest of either, or a query vector. Search therefore ranks in the process, after opening the
+scope's live entries (at most ``entry_cap``, 100): exact cosine similarity, ties broken by entry id as before.
+
+``Keyrings`` keeps the scopes' keyrings this process fetched, each for the consent generation it was fetched
+under. A read is fenced at a generation in the statement that returns its ciphertexts, and every erasure
+advances the generation before it settles, so a keyring kept for an earlier generation never opens what a read
+returns after an erasure, on any replica; it is fetched again instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+import uuid
+from collections import OrderedDict
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+
+import numpy
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from kagent_memory_governed.keys import KEY_BYTES, EntryKey, Keyring, KeyStore
+from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS
+
+_ENTRY = b"kagent-memory-governed/entry/1"
+_FACT = b"kagent-memory-governed/fact/1"
+_VECTOR_BYTES = 4 * EMBEDDING_DIMENSIONS
+OVERHEAD = 12 + 2 + 16  # nonce, text length, tag
+SEALED_MIN = OVERHEAD + 1 + _VECTOR_BYTES  # a fact of one byte
+SEALED_MAX = OVERHEAD + 512 + _VECTOR_BYTES  # a fact at the 512-byte ceiling
+
+
+def new_key(fact: str, scope: uuid.UUID, generation: int) -> EntryKey:
+    """A fresh key for one entry holding ``fact``, written under ``generation``."""
+    return EntryKey(AESGCM.generate_key(8 * KEY_BYTES), token(scope, fact), generation)
+
+
+def token(scope: uuid.UUID, fact: str) -> bytes:
+    """Which fact an entry holds, for recognizing a fact saved again; kept in the key store only."""
+    return hashlib.sha256(_FACT + scope.bytes + fact.encode("utf-8")).digest()[:16]
+
+
+def seal(key: EntryKey, scope: uuid.UUID, entry: uuid.UUID, fact: str, embedding: numpy.ndarray) -> bytes:
+    text = fact.encode("utf-8")
+    body = len(text).to_bytes(2, "big") + text + embedding.astype("<f4", copy=False).tobytes()
+    nonce = os.urandom(12)
+    return nonce + AESGCM(key.key).encrypt(nonce, body, _ENTRY + scope.bytes + entry.bytes)
+
+
+@dataclass(frozen=True, slots=True)
+class Opened:
+    entry_id: uuid.UUID
+    text: str
+    embedding: numpy.ndarray
+    created_at: datetime
+    expires_at: datetime
+
+
+def open_entries(scope: uuid.UUID, rows: Sequence, keyring: Keyring) -> list[Opened]:
+    """The rows (``entry_id``, ``sealed``, ``created_at``, ``expires_at``) that ``keyring`` opens, in entry-id
+    order. A row without its key (its erasure or expiry is under way, or the key store lost it) or whose
+    ciphertext does not authenticate is left out: never shown, never guessed."""
+    opened = []
+    for row in sorted(rows, key=lambda r: r.entry_id):
+        key = keyring.get(row.entry_id)
+        if key is None:
+            continue
+        sealed = bytes(row.sealed)
+        try:
+            body = AESGCM(key.key).decrypt(sealed[:12], sealed[12:], _ENTRY + scope.bytes + row.entry_id.bytes)
+        except InvalidTag:
+            continue
+        size = int.from_bytes(body[:2], "big")
+        vector = numpy.frombuffer(body, dtype="<f4", offset=2 + size)
+        opened.append(Opened(row.entry_id, body[2 : 2 + size].decode("utf-8"), vector, row.created_at, row.expires_at))
+    return opened
+
+
+def rank(
+    opened: Sequence[Opened], queries: Sequence[numpy.ndarray], *, top_k: int, max_distance: float
+) -> list[list[tuple[Opened, float]]]:
+    """For each query, the ``top_k`` entries nearest by cosine distance (``1 - cos``, as pgvector's ``<=>``) within
+    ``max_distance``, nearest first, ties by entry id (``opened`` comes in entry-id order; the sort is stable)."""
+    if not opened:
+        return [[] for _ in queries]
+    matrix = numpy.stack([entry.embedding for entry in opened]).astype(numpy.float64)
+    matrix /= numpy.linalg.norm(matrix, axis=1, keepdims=True)
+    asked = numpy.stack(queries).astype(numpy.float64)
+    asked /= numpy.linalg.norm(asked, axis=1, keepdims=True)
+    distances = 1.0 - asked @ matrix.T
+    found = []
+    for row in distances:
+        order = numpy.argsort(row, kind="stable")
+        found.append([(opened[i], float(row[i])) for i in order[:top_k] if row[i] <= max_distance])
+    return found
+
+
+class Keyrings:
+    """The keyrings this process fetched, each kept for the consent generation it was fetched under, for at most
+    ``ttl`` seconds and at most ``size`` scopes. ``ring`` joins a fetch under way; a keyring lacking a key a read
+    needs is fetched once more (another replica wrote meanwhile)."""
+
+    def __init__(self, store: KeyStore, *, ttl: float = 60.0, size: int = 4096) -> None:
+        self.store = store
+        self._ttl = ttl
+        self._size = size
+        self._kept: OrderedDict[uuid.UUID, tuple[int, float, asyncio.Task[Keyring], dict]] = OrderedDict()
+
+    def start(self, scope: uuid.UUID, generation: int) -> asyncio.Task[Keyring]:
+        """Begin fetching the scope's keyring for ``generation``, or join the fetch kept for it."""
+        kept = self._kept.get(scope)
+        loop = asyncio.get_running_loop()
+        if kept is not None:
+            at_generation, fetched, task, _ = kept
+            fresh = time.monotonic() - fetched < self._ttl
+            failed = task.done() and (task.cancelled() or task.exception() is not None)
+            if at_generation == generation and fresh and not failed and task.get_loop() is loop:
+                self._kept.move_to_end(scope)
+                return task
+        task = loop.create_task(self.store.fetch(scope))
+        task.add_done_callback(_retrieve)
+        self._kept[scope] = (generation, time.monotonic(), task, {})
+        while len(self._kept) > self._size:
+            self._kept.popitem(last=False)
+        return task
+
+    def cancel(self, scope: uuid.UUID, task: asyncio.Task[Keyring]) -> None:
+        """Keep nothing of a fetch whose work was refused (others awaiting it still get its answer)."""
+        kept = self._kept.get(scope)
+        if kept is not None and kept[2] is task:
+            del self._kept[scope]
+
+    async def ring(self, scope: uuid.UUID, generation: int, *, needs: Collection[uuid.UUID] = (), task=None) -> Keyring:
+        """The scope's keyring for a read or write fenced at ``generation``; fetched again, once, if it lacks a key
+        of ``needs``."""
+        task = task or self.start(scope, generation)
+        keyring = await asyncio.shield(task) | self._extra(scope, task)  # shared: a caller's cancellation stays its own
+        if any(entry not in keyring for entry in needs):
+            self.drop(scope)
+            keyring = await self.start(scope, generation)
+        return keyring
+
+    def add(self, scope: uuid.UUID, generation: int, keys: Mapping[uuid.UUID, EntryKey]) -> None:
+        """Keys this process stored for ``scope`` under ``generation``: part of the kept keyring from now on."""
+        kept = self._kept.get(scope)
+        if kept is not None and kept[0] == generation:
+            kept[3].update(keys)
+
+    def drop(self, scope: uuid.UUID) -> None:
+        self._kept.pop(scope, None)
+
+    def _extra(self, scope: uuid.UUID, task: asyncio.Task[Keyring]) -> dict:
+        kept = self._kept.get(scope)
+        return kept[3] if kept is not None and kept[2] is task else {}
+
+
+def _retrieve(task: asyncio.Task) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: a failed fetch is raised where it is awaited, never logged as unretrieved
