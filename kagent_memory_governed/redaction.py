@@ -22,6 +22,7 @@ import logging
 import os
 import re
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextvars import ContextVar
 from typing import Any
 
@@ -139,6 +140,33 @@ def install_log_boundary() -> None:
 
     factory.governed_memory = True  # type: ignore[attr-defined]
     logging.setLogRecordFactory(factory)
+    install_thread_boundary()
+
+
+def install_thread_boundary() -> None:
+    """Work handed to a thread pool from inside memory work is memory work too. ``asyncio.to_thread`` copies
+    the context into the thread, ``loop.run_in_executor`` does not: kagent's Bedrock adapter streams in an
+    executor, where botocore logs every response body at DEBUG. Only this flag is carried, and only from
+    inside memory work: other submissions run exactly as before."""
+    if getattr(ThreadPoolExecutor.submit, "governed_memory", False):
+        return
+    upstream = ThreadPoolExecutor.submit
+
+    def submit(self: ThreadPoolExecutor, fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+        if _memory_work.get():
+            return upstream(self, _in_memory_work, fn, *args, **kwargs)
+        return upstream(self, fn, *args, **kwargs)
+
+    submit.governed_memory = True  # type: ignore[attr-defined]
+    ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+
+
+def _in_memory_work(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
+    token = _memory_work.set(True)
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        _memory_work.reset(token)
 
 
 # -- spans ----------------------------------------------------------------------------------------

@@ -38,6 +38,7 @@ from urllib.parse import unquote, urlsplit
 import pytest
 
 from kagent_memory_governed.adk.conversation import SUMMARY_MARKER
+from kagent_memory_governed.testing import embed
 
 __all__ = [
     "ADAPTERS",
@@ -140,7 +141,8 @@ def _reply(answer: Answer) -> Reply | Failure:
 class Request:
     """One request as it arrived: ``path`` holds the query; ``body`` the bytes, undecoded.
 
-    ``kind`` is ``chat`` or ``summary`` (model requests, ``view`` set), ``token`` (an OAuth token request),
+    ``kind`` is ``chat`` or ``summary`` (model requests, ``view`` set), ``embedding`` (OpenAI's embeddings
+    API, answered with ``testing.embed``), ``token`` (an OAuth token request),
     ``deployments`` (SAP AI Core's deployment listing) or ``unknown`` (no protocol serves its route, or its
     body did not parse: answered 404 or 500, and the test fails)."""
 
@@ -940,6 +942,8 @@ def _route(method: str, path: str) -> str | None:
         return "azure_openai"
     if route.endswith("/chat/completions"):
         return "openai"
+    if route.endswith("/embeddings"):
+        return "embeddings"
     if route.endswith("/responses"):
         return "openai_responses"
     if route.endswith("/v1/messages"):
@@ -1153,6 +1157,11 @@ class Provider:
             return replace(request, kind="token"), _json(200, token)
         if route == "deployments":
             return replace(request, kind="deployments"), self._deployments(request.path)
+        if route == "embeddings":  # OpenAI's embeddings API, for the Agent's memory.embedding
+            texts = request.json()["input"]
+            data = [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(texts)]
+            usage = {"prompt_tokens": 0, "total_tokens": 0}
+            return replace(request, kind="embedding"), _json(200, {"object": "list", "data": data, "usage": usage})
         protocol = _PROTOCOLS[route]
         view = protocol.view(request.path, request.json())
         view = replace(view, summary=self.summary_marker in view.user_text)

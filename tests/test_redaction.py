@@ -372,3 +372,22 @@ def test_every_formatter_formats_a_withheld_record_with_extras_and_colours(capsy
         assert "record withheld inside memory work" in line and "SENTINEL" not in line
     odd = made_inside_memory_work("uvicorn.access", "%s %s", ("SENTINEL-A", "SENTINEL-B"))  # not uvicorn's shape
     assert "SENTINEL" not in logging.Formatter(logging.BASIC_FORMAT).format(odd)
+
+
+async def test_a_record_made_in_a_thread_pool_on_behalf_of_memory_work_is_withheld(runtime, logs: Capture):
+    """``loop.run_in_executor`` does not copy the context (kagent's Bedrock adapter streams that way)."""
+    import asyncio
+
+    from kagent_memory_governed import redaction
+
+    def log(text: str) -> None:
+        logging.getLogger("botocore.parsers").debug("Response body: %s", text)
+
+    token = redaction.enter(True)
+    try:
+        await asyncio.get_running_loop().run_in_executor(None, log, "SENTINEL-IN-A-THREAD")
+    finally:
+        redaction.leave(token)
+    await asyncio.get_running_loop().run_in_executor(None, log, "MEMORY-FREE-IN-A-THREAD")
+    assert not [t for t in logs.texts if "SENTINEL-IN-A-THREAD" in t]
+    assert [t for t in logs.texts if "MEMORY-FREE-IN-A-THREAD" in t]  # outside memory work: as it was

@@ -30,16 +30,28 @@ CARD = {
 }
 
 
-def build_app(model: BaseLlm, *, config: dict | None = None, local: bool = True, streaming: bool = False) -> Any:
+def build_app(model: BaseLlm | None, *, config: dict | None = None, local: bool = True, streaming: bool = False) -> Any:
+    """Upstream's app for an agent of ``config`` (default ``CONFIG``), as ``kagent-adk static`` builds it.
+    ``model`` replaces the model kagent builds from the config (``None``: kagent's own adapter for the
+    config's ``model``, which then calls its provider); ``streaming`` allows ``message/stream``, and the
+    config's ``stream`` asks the provider to stream, as in a Declarative agent."""
     agent_config = AgentConfig.model_validate(config or CONFIG)
     card = AgentCard.model_validate({**CARD, "capabilities": {"streaming": streaming}})
 
     def factory():
         agent = agent_config.to_agent("helper")
-        agent.model = model
+        if model is not None:
+            agent.model = model
         return agent
 
-    app = KAgentApp(factory, card, "http://controller.invalid", "kagent__NS__helper", agent_config=agent_config)
+    app = KAgentApp(
+        factory,
+        card,
+        "http://controller.invalid",
+        "kagent__NS__helper",
+        stream=bool(agent_config.stream),
+        agent_config=agent_config,
+    )
     return app.build(local=local)
 
 
