@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from unittest import mock
 
 import httpx
 import kagent.adk._a2a as a2a
@@ -36,23 +37,15 @@ ALICE = f"@alice:{HOMESERVER}"
 BIN = Path(sys.executable).parent
 
 
-def governed_runner_class(runtime) -> type:
-    """Where kagent gets its Runner class from in each activation mode."""
-    if runtime.mode == "entry-point":
-        from kagent.adk.extensions import load_extension
-
-        return load_extension().runner_class()
-    return a2a.Runner
-
-
 def test_install_is_idempotent_and_picks_the_mode_kagent_supports(runtime):
     assert kagent_memory_governed.install() is runtime
     assert runtime.mode == ("entry-point" if upstream_has_extensions() else "runtime-patching")
     if runtime.mode == "entry-point":
-        from kagent.adk.extensions import load_extension
+        from kagent.adk.extensions import ExtensionContext, load_extension
 
         assert os.environ["KAGENT_ADK_EXTENSION"] == "governed"
-        service = load_extension().create_memory_service(app_name="x", agent_config=None, http_client=None)
+        context = ExtensionContext(app_name="x", agent_config=None, local=True)
+        service = load_extension().create_memory_service(context)
     else:
         service = a2a.KagentMemoryService(embedding_config=None)
     assert service is runtime.service
@@ -199,7 +192,12 @@ def test_the_server_refuses_to_start_on_an_unmigrated_database(tmp_path: Path, b
 
 def test_a_runner_built_anywhere_in_kagent_gets_the_governed_service(runtime):
     agent = AgentConfig.model_validate(CONFIG).to_agent("helper")
-    runner = governed_runner_class(runtime)(app_name="helper", agent=agent, session_service=InMemorySessionService())
+    if runtime.mode == "entry-point":  # no Runner class of its own: kagent's runners get the extension's service
+        with mock.patch.object(a2a, "A2aAgentExecutor", wraps=a2a.A2aAgentExecutor) as executor:
+            build_app(ScriptedModel())
+        runner = executor.call_args.kwargs["runner"]()
+    else:
+        runner = a2a.Runner(app_name="helper", agent=agent, session_service=InMemorySessionService())
     assert runner.memory_service is runtime.service
     assert isinstance(runner.memory_service, GovernedMemoryService)
 

@@ -1,7 +1,9 @@
 """How governed memory enters a kagent-adk process, in either of two modes (``runtime.Mode``):
 
 - ``entry-point``: kagent-adk has runtime extensions (upstream patch 0001 in ``patches/v<base>/``);
-  ``runtime.GovernedMemoryExtension`` answers their hooks and nothing in kagent is replaced;
+  ``runtime.GovernedMemoryExtension`` answers their hooks and nothing in kagent is replaced: the governed
+  service comes from ``create_memory_service`` (local mode too), and what the governed Runner adds comes from
+  ``plugins`` (``governed_plugins``);
 - ``runtime-patching``: unmodified kagent-adk (a release of ``upstream.SUPPORTED``); ``patch_kagent``
   replaces by name the classes and functions the extension hooks stand for (``upstream.RUNTIME_PATCH_TARGETS``):
 
@@ -13,8 +15,9 @@
   - ``KAgentApp.build``                           -> also mounts ``/memory/v1``, the memory-work middleware,
                                                     and checks the store at start-up
 
-Both modes use the same pieces: one memory service, the governed Runner, the request context builder
-binding the verified scope, the governed tools, and the app's control API, middleware and start-up check.
+Both modes use the same pieces: one memory service, the recall boundary, failures inside memory work without
+their text, the request context builder binding the verified scope, the governed tools, and the app's control
+API, middleware and start-up check.
 """
 
 from __future__ import annotations
@@ -25,7 +28,9 @@ import sys
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
+from google.adk.plugins import BasePlugin
 from google.adk.runners import Runner
+from google.adk.tools import BaseTool, ToolContext
 
 from kagent_memory_governed import control, health, redaction
 from kagent_memory_governed.adk import tools
@@ -67,6 +72,27 @@ def governed_runner(service: GovernedMemoryService) -> type[Runner]:
                 raise
 
     return GovernedRunner
+
+
+class MemoryWorkToolErrors(BasePlugin):
+    """A tool that fails inside memory work answers its exception type only: kagent would publish the exception's
+    text. In runtime-patching mode ``GovernedRunner.run_async`` withholds such failures; entry-point mode has no
+    Runner of its own, so this plugin does (model failures are the recall boundary's)."""
+
+    def __init__(self) -> None:
+        super().__init__(name="governed_memory_tool_errors")
+
+    async def on_tool_error_callback(
+        self, *, tool: BaseTool, tool_args: dict[str, Any], tool_context: ToolContext, error: Exception
+    ) -> dict[str, Any] | None:
+        if redaction.in_memory_work():
+            return {"error": str(redaction.WithheldError(type(error).__name__))}
+        return None
+
+
+def governed_plugins() -> list[BasePlugin]:
+    """Entry-point mode's counterpart of ``governed_runner``: the plugins kagent-adk registers before its own."""
+    return [RecallBoundary(), MemoryWorkToolErrors()]
 
 
 def configure_app(app: Any, runtime: Runtime) -> None:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from google.adk.runners import Runner
+from google.adk.plugins import BasePlugin
 
 from kagent_memory_governed import metering, redaction
 from kagent_memory_governed.adk import integration, tools
@@ -89,28 +89,29 @@ def install(
 
 
 class GovernedMemoryExtension:
-    """The ``kagent.adk.extensions`` entry point: the hooks of upstream's ``RuntimeExtension`` Protocol,
-    answered by the installed runtime (installing it from the environment if kagent-adk loads the extension
-    first). It implements every hook, so it satisfies the Protocol without importing it (runtime-patching
-    mode has no ``kagent.adk.extensions``)."""
+    """The ``kagent.adk.extensions`` entry point: the hooks of upstream's ``RuntimeExtension`` Protocol (patch 0001
+    of ``patches/v<base>/``), answered by the installed runtime (installing it from the environment if kagent-adk
+    loads the extension first). It implements every hook of the 0.9.11 and 0.10.4 series, so it satisfies that
+    Protocol without importing it (runtime-patching mode has no ``kagent.adk.extensions``). kagent-adk 1.0's
+    Protocol also has ``grpc_interceptors``, which this class does not answer yet: 1.0 refuses to load it rather
+    than serve gRPC requests unmarked (CONTRIBUTING.md, "The port to kagent-adk 1.0")."""
 
-    def create_memory_service(self, *, app_name: str, agent_config: Any, http_client: Any) -> GovernedMemoryService:
-        memory = agent_config.memory if agent_config is not None else None
+    def create_memory_service(self, context: Any) -> GovernedMemoryService:
         service = install().service
-        service.configure(memory)  # its embedding; its ttl_days may lower expiry
+        service.configure(context.memory)  # its embedding; its ttl_days may lower expiry
         return service
 
-    def configure_memory(self, agent_config: Any, agent: Any) -> bool:
-        tools.configure_memory(agent_config, agent)
+    def configure_memory(self, agent: Any, memory: Any) -> bool:
+        tools.configure_memory(memory, agent)
         return True  # upstream's memory tools, instruction and auto-save are never added
 
-    def request_context_builder(self, task_store: Any) -> Any:
+    def request_context_builder(self, context: Any, task_store: Any) -> Any:
         return context_builder(install().trust)(task_store=task_store)
 
-    def runner_class(self) -> type[Runner]:
-        return integration.governed_runner(install().service)
+    def plugins(self, context: Any) -> list[BasePlugin]:
+        return integration.governed_plugins()
 
-    def configure_app(self, app: Any) -> None:
+    def configure_app(self, context: Any, app: Any) -> None:
         integration.configure_app(app, install())
 
 
