@@ -10,9 +10,11 @@ import importlib
 import importlib.util
 import inspect
 import os
+import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 from kagent_memory_governed.adk import upstream
 
@@ -20,6 +22,18 @@ from kagent_memory_governed.adk import upstream
 def test_the_installed_kagent_adk_is_a_supported_release_and_the_one_asked_for():
     release = upstream.installed()
     assert release.version == os.environ.get("KAGENT_ADK_VERSION", release.version)
+
+
+def test_the_dependency_pin_admits_the_locked_releases_and_no_1_0():
+    """kagent-adk 1.0 has no lock and no CI run here (it cannot be installed): the pin keeps it out, and
+    ``installed()`` refuses any release between the locked ones at activation."""
+    root = Path(__file__).resolve().parents[1]
+    dependencies = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
+    [pin] = [Requirement(d).specifier for d in dependencies if Requirement(d).name == "kagent-adk"]
+    assert all(pin.contains(release.version) for release in upstream.SUPPORTED)
+    assert not pin.contains("1.0.0a17", prereleases=True) and not pin.contains("1.0.0")
+    locks = sorted(path.name for path in (root / "locks").glob("kagent-adk-*.txt"))
+    assert locks == sorted(f"kagent-adk-{release.version}.txt" for release in upstream.SUPPORTED)
 
 
 def test_the_installed_google_adk_and_a2a_sdk_are_the_releases_lock():
