@@ -26,6 +26,8 @@ from kagent_memory_governed.store import functions, sealing
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, raise_refusal, record, refuse
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
 
+_ATTEMPTS = 16  # each retry follows a concurrent writer's commit; a scope holds at most 100 entries
+
 
 async def write(
     db: Database, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None
@@ -46,13 +48,13 @@ async def write(
     sealed = [sealing.seal(new[fact][1], sid, new[fact][0], fact, vector) for fact, vector in distinct.items()]
     keys = {entry: entry_key for entry, entry_key in new.values()}
     try:
-        await db.keys.store.store(sid, keys)  # durable before any ciphertext it opens is committed
-        keyring = await db.keys.ring(sid, generation, task=pending)
+        # durable before any ciphertext it opens is committed; the keyring was being fetched meanwhile
+        _, keyring = await asyncio.gather(db.keys.store.store(sid, keys), db.keys.ring(sid, generation, task=pending))
     except GovernedMemoryError as failed:
         db.keys.cancel(sid, pending)
         await _record_refusal(db, Operation.WRITE, failed.reason, sid, generation)
         raise
-    for attempt in (1, 2):
+    for attempt in range(1, _ATTEMPTS + 1):
         position = {new[fact][1].token: i for i, fact in enumerate(distinct, 1)}
         same = [(position[k.token], entry) for entry, k in keyring.items() if k.token in position and entry not in keys]
         parameters = {
@@ -68,7 +70,7 @@ async def write(
             "lifetime": lifetime,
         }
         rows = await db.call(functions.WRITE, parameters)
-        if not rows or rows[0].refusal != Reason.KEYRING_STALE or attempt == 2:
+        if not rows or rows[0].refusal != Reason.KEYRING_STALE or attempt == _ATTEMPTS:
             break
         db.keys.drop(sid)  # another writer stored an entry this keyring lacks: fetch it again, decide again
         keyring = await db.keys.ring(sid, generation) | keys
@@ -109,11 +111,12 @@ async def search(
     except GovernedMemoryError:
         db.keys.cancel(sid, pending)
         raise
-    rows = [row for row in rows if row.entry_id is not None]
-    keyring = await db.keys.ring(sid, generation, needs=[row.entry_id for row in rows], task=pending)
-    opened = sealing.open_entries(sid, rows, keyring)
-    found = sealing.rank(opened, queries, top_k=top_k, max_distance=1.0 - float(min_score))
-    return [[Hit(e.entry_id, e.text, 1.0 - d, e.created_at, e.expires_at) for e, d in hits] for hits in found]
+    [found] = rows
+    rows = [sealing.Row(*columns) for columns in zip(*found[1:], strict=True)] if found.entry_ids else []
+    keyring = await db.keys.ring(sid, generation, needs=found.entry_ids or (), task=pending)
+    opened = sealing.open_entries(sid, rows, keyring, ordered=True)
+    ranked = sealing.rank(opened, queries, top_k=top_k, max_distance=1.0 - float(min_score))
+    return [[Hit(e.entry_id, e.text, 1.0 - d, e.created_at, e.expires_at) for e, d in hits] for hits in ranked]
 
 
 async def _record_refusal(db: Database, operation: str, reason: Reason, sid: uuid.UUID, generation: int) -> None:

@@ -48,7 +48,7 @@ def _call(name: str, parameters: dict[str, TypeEngine], columns: tuple[str, ...]
     return select(*(table.c[column] for column in columns))
 
 
-SEARCH = _call("search", _SCOPE, ("refusal", "entry_id", "sealed", "created_at", "expires_at"))
+SEARCH = _call("search", _SCOPE, ("refusal", "entry_ids", "sealed", "created_at", "expires_at"))
 WRITE = _call(
     "write",
     _SCOPE

@@ -21,8 +21,8 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime
+from typing import NamedTuple
 
 import numpy
 from cryptography.exceptions import InvalidTag
@@ -56,33 +56,59 @@ def seal(key: EntryKey, scope: uuid.UUID, entry: uuid.UUID, fact: str, embedding
     return nonce + AESGCM(key.key).encrypt(nonce, body, _ENTRY + scope.bytes + entry.bytes)
 
 
-@dataclass(frozen=True, slots=True)
-class Opened:
+class Opened(NamedTuple):
     entry_id: uuid.UUID
     text: str
-    embedding: numpy.ndarray
+    embedding: numpy.ndarray  # a row of the matrix ``open_entries`` fills, single precision
     created_at: datetime
     expires_at: datetime
 
 
-def open_entries(scope: uuid.UUID, rows: Sequence, keyring: Keyring) -> list[Opened]:
+class Row(NamedTuple):
+    """A sealed entry as the database returns it."""
+
+    entry_id: uuid.UUID
+    sealed: bytes
+    created_at: datetime
+    expires_at: datetime
+
+
+def open_entries(scope: uuid.UUID, rows: Sequence, keyring: Keyring, *, ordered: bool = False) -> list[Opened]:
     """The rows (``entry_id``, ``sealed``, ``created_at``, ``expires_at``) that ``keyring`` opens, in entry-id
-    order. A row without its key (its erasure or expiry is under way, or the key store lost it) or whose
-    ciphertext does not authenticate is left out: never shown, never guessed."""
+    order (``ordered``: they come in it). A row without its key (its erasure or expiry is under way, or the key
+    store lost it) or whose ciphertext does not authenticate is left out: never shown, never guessed."""
     opened = []
-    for row in sorted(rows, key=lambda r: r.entry_id):
+    matrix = numpy.empty((len(rows), EMBEDDING_DIMENSIONS), dtype="<f4")
+    for row in rows if ordered else sorted(rows, key=_by_id):
         key = keyring.get(row.entry_id)
         if key is None:
             continue
-        sealed = bytes(row.sealed)
+        sealed = memoryview(row.sealed)
         try:
-            body = AESGCM(key.key).decrypt(sealed[:12], sealed[12:], _ENTRY + scope.bytes + row.entry_id.bytes)
+            body = _cipher(key).decrypt(sealed[:12], sealed[12:], _ENTRY + scope.bytes + row.entry_id.bytes)
         except InvalidTag:
             continue
         size = int.from_bytes(body[:2], "big")
-        vector = numpy.frombuffer(body, dtype="<f4", offset=2 + size)
+        vector = matrix[len(opened)]
+        vector[:] = numpy.frombuffer(body, dtype="<f4", offset=2 + size)
         opened.append(Opened(row.entry_id, body[2 : 2 + size].decode("utf-8"), vector, row.created_at, row.expires_at))
     return opened
+
+
+def _by_id(row) -> uuid.UUID:
+    return row.entry_id
+
+
+_CIPHERS: OrderedDict[bytes, AESGCM] = OrderedDict()  # an entry key's cipher, built once: at most 16,384 kept
+
+
+def _cipher(key: EntryKey) -> AESGCM:
+    cipher = _CIPHERS.get(key.key)
+    if cipher is None:
+        cipher = _CIPHERS[key.key] = AESGCM(key.key)
+        if len(_CIPHERS) > 16384:
+            _CIPHERS.popitem(last=False)
+    return cipher
 
 
 def rank(
@@ -92,15 +118,22 @@ def rank(
     ``max_distance``, nearest first, ties by entry id (``opened`` comes in entry-id order; the sort is stable)."""
     if not opened:
         return [[] for _ in queries]
-    matrix = numpy.stack([entry.embedding for entry in opened]).astype(numpy.float64)
-    matrix /= numpy.linalg.norm(matrix, axis=1, keepdims=True)
+    base = opened[0].embedding.base  # the rows ``open_entries`` filled, in order: no copy when they are its rows
+    if base is not None and base.shape[0] >= len(opened) and all(e.embedding.base is base for e in opened):
+        matrix = base[: len(opened)].astype(numpy.float64)
+    else:
+        matrix = numpy.stack([entry.embedding for entry in opened]).astype(numpy.float64)
     asked = numpy.stack(queries).astype(numpy.float64)
-    asked /= numpy.linalg.norm(asked, axis=1, keepdims=True)
-    distances = 1.0 - asked @ matrix.T
+    # einsum, not BLAS: for at most 8 x 100 products a threaded BLAS costs more in waking threads than it saves
+    dots = numpy.einsum("qd,nd->qn", asked, matrix)
+    norms = numpy.sqrt(numpy.einsum("qd,qd->q", asked, asked))[:, None] * numpy.sqrt(
+        numpy.einsum("nd,nd->n", matrix, matrix)
+    )
+    distances = 1.0 - dots / norms
     found = []
     for row in distances:
-        order = numpy.argsort(row, kind="stable")
-        found.append([(opened[i], float(row[i])) for i in order[:top_k] if row[i] <= max_distance])
+        order = numpy.argsort(row, kind="stable")[:top_k]
+        found.append([(opened[i], float(row[i])) for i in order if row[i] <= max_distance])
     return found
 
 
