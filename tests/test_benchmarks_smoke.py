@@ -45,7 +45,7 @@ async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str)
     assert result["off"]["entries"] == 20
     assert result["storage"]["governed"]["bytes_per_entry"] > 0
     assert result["storage"]["baseline"]["bytes_per_entry"] > 0
-    assert result["storage"]["governed_entry"]["columns"]["embedding"] > 0
+    assert result["storage"]["governed_entry"]["columns"]["sealed"] > 3000  # text and embedding, one ciphertext
     assert result["admission"]["governed"]["runs"] == 10
     assert {"search", "prefetch", "save", "off", "baseline_search"} <= result["breakdown"].keys()
     floor = result["floor"]
@@ -67,3 +67,21 @@ async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str)
     finally:
         await conn.close()
     assert leftover == 0
+
+
+async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_one(database_url: str, tmp_path) -> None:
+    """Each arm loads and answers; recall stays exact on both sides. No assertion is about speed."""
+    storage = benchmark("storage")
+
+    side = await storage.side_by_side(
+        database_url, storage.BEFORE, scopes=3, entries=8, runs=4, seed=7, work=tmp_path / "side"
+    )
+
+    if "skipped" in side:  # a shallow clone without the earlier revision
+        return
+    assert {"before", "after"} <= side["arms"].keys()
+    for name, arm in side["arms"].items():
+        assert arm["search"]["recall_at_5"] == 1.0 and arm["prefetch"]["recall_at_5"] == 1.0, name
+        assert arm["save"]["runs"] == 4
+    assert {"search", "save", "prefetch"} == side["arms"]["after"]["ratio"].keys()
+    assert any("side by side" in line for line in storage.side_lines(side))
