@@ -112,10 +112,7 @@ class ScopeSigner:
 
 def _reason(code: object) -> Reason:
     """The server's reason code; anything this client does not know is ``internal_error``."""
-    try:
-        return Reason(code)
-    except ValueError:
-        return Reason.INTERNAL_ERROR
+    return Reason(code) if isinstance(code, str) and code in set(Reason) else Reason.INTERNAL_ERROR
 
 
 B = TypeVar("B", bound=Body)

@@ -161,7 +161,9 @@ _CREDENTIALS = Depends(HTTPBearer(auto_error=False, description="A JWS signed by
 
 def router(store: Store, trust: Trust) -> APIRouter:
     """The ``/memory/v1`` routes of ``contract.CALLS`` over ``store``, trusting tokens signed with ``trust``'s key."""
-    errors = {code: {"model": Refusal} for code in (401, 403, 404, 409, 413, 422, 429, 503)}
+    errors: dict[int | str, dict[str, Any]] = {
+        code: {"model": Refusal} for code in (401, 403, 404, 409, 413, 422, 429, 503)
+    }
     api = APIRouter(tags=["governed memory"], route_class=_ReasonCodeRoute, responses=errors)
 
     def authorized(op: ControlOperation) -> Callable[..., Coroutine[Any, Any, Assertion]]:
@@ -238,7 +240,7 @@ def router(store: Store, trust: Trust) -> APIRouter:
             openapi_extra=_body_schema(call.body) if call.body else None,
         )
 
-    known = list(api.routes)
+    known = [route for route in api.routes if isinstance(route, APIRoute)]
 
     # Last, so every call above wins: the rest of /memory/v1 answers a reason code, never the app's own 404/405.
     @api.api_route(PREFIX, methods=_EVERY_METHOD, include_in_schema=False)

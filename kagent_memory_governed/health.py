@@ -13,7 +13,9 @@ instead: ``/memory/ready`` (unauthenticated, content-free: ``200 {"ready": true}
 from __future__ import annotations
 
 import asyncio
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager, suppress
+from typing import Any
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
@@ -65,7 +67,7 @@ def mount(app: FastAPI, store: Store) -> None:
     upstream_lifespan = app.router.lifespan_context
 
     @asynccontextmanager
-    async def lifespan(app: FastAPI):
+    async def lifespan(app: FastAPI) -> AsyncIterator[Any]:
         await observe(store)  # the gauges have a value from the start
         watching = asyncio.create_task(watch(store))
         try:

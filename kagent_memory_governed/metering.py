@@ -148,10 +148,12 @@ def _reader(name: str) -> MetricReader:
         return _prometheus()
     protocol = os.environ.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or os.environ.get("OTEL_EXPORTER_OTLP_PROTOCOL")
     if protocol in ("http/protobuf", "http/json"):
-        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
-    else:
-        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter
-    return PeriodicExportingMetricReader(OTLPMetricExporter())
+        from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as OverHttp
+
+        return PeriodicExportingMetricReader(OverHttp())
+    from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as OverGrpc
+
+    return PeriodicExportingMetricReader(OverGrpc())
 
 
 def _prometheus() -> MetricReader:

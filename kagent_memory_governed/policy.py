@@ -114,8 +114,8 @@ def _printable(key: str) -> str:
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     members = dict(pairs)
     if len(members) != len(pairs):  # {"entry_cap": 200, "entry_cap": 10} must not mean whichever came last
-        seen: set[str] = set()
-        repeated = next(key for key, _ in pairs if key in seen or seen.add(key))
+        keys = [key for key, _ in pairs]
+        repeated = next(key for index, key in enumerate(keys) if key in keys[:index])
         raise PolicyError(f"{_printable(repeated)}: appears more than once")
     return members
 

@@ -63,6 +63,7 @@ SAFE_SPAN_KEYS = frozenset(
 )
 
 _memory_work: ContextVar[bool] = ContextVar("governed_memory_work", default=False)
+Arguments = tuple[tuple[Any, ...], dict[str, Any]]  # positional and keyword arguments of a wrapped SDK method
 
 
 def in_memory_work() -> bool:
@@ -115,7 +116,9 @@ def scrub_record(record: logging.LogRecord) -> logging.LogRecord:
     return record
 
 
-def _access_arguments(client: object, method: object, path: object, version: object, status: object) -> tuple:
+def _access_arguments(
+    client: object, method: object, path: object, version: object, status: object
+) -> tuple[object, ...]:
     """uvicorn's access-line arguments, content-free: a path of a route that matched (no query string, only
     URL-safe characters: ``/`` or an opaque entry id), else withheld."""
     matched = isinstance(status, int) and status not in (404, 405)
@@ -158,7 +161,7 @@ def install_thread_boundary() -> None:
         return upstream(self, fn, *args, **kwargs)
 
     submit.governed_memory = True  # type: ignore[attr-defined]
-    ThreadPoolExecutor.submit = submit  # type: ignore[method-assign]
+    setattr(ThreadPoolExecutor, "submit", submit)  # noqa: B010  (the standard library's own class)
 
 
 def _in_memory_work(fn: Callable[..., Any], /, *args: Any, **kwargs: Any) -> Any:
@@ -196,7 +199,7 @@ def install_span_boundary() -> None:
     if getattr(Span, "governed_memory", False):
         return
 
-    def wrap(method: Callable[..., Any], guard: Callable[..., tuple[tuple, dict]]) -> Callable[..., Any]:
+    def wrap(method: Callable[..., Any], guard: Callable[..., Arguments]) -> Callable[..., Any]:
         def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
             if _memory_work.get():
                 args, kwargs = guard(*args, **kwargs)
@@ -204,20 +207,20 @@ def install_span_boundary() -> None:
 
         return guarded
 
-    def attribute(key: str, value: Any) -> tuple[tuple, dict]:
+    def attribute(key: str, value: Any) -> Arguments:
         return (key, _scrub_value(key, value)), {}
 
-    def attributes(attributes: Any) -> tuple[tuple, dict]:
+    def attributes(attributes: Any) -> Arguments:
         return (scrub_attributes(attributes),), {}
 
-    def event(name: str, attributes: Any = None, timestamp: Any = None) -> tuple[tuple, dict]:
+    def event(name: str, attributes: Any = None, timestamp: Any = None) -> Arguments:
         return (name, scrub_attributes(attributes), timestamp), {}
 
-    def status(status: Any, description: str | None = None) -> tuple[tuple, dict]:
+    def status(status: Any, description: str | None = None) -> Arguments:
         code = status.status_code if isinstance(status, Status) else status
         return (Status(code, WITHHELD) if code is StatusCode.ERROR else Status(code),), {}
 
-    def start_span(name: str, *args: Any, **kwargs: Any) -> tuple[tuple, dict]:
+    def start_span(name: str, *args: Any, **kwargs: Any) -> Arguments:
         if "attributes" in kwargs:
             kwargs["attributes"] = scrub_attributes(kwargs["attributes"])
         return (name, *args), kwargs
@@ -226,7 +229,8 @@ def install_span_boundary() -> None:
         self: Any, exception: BaseException, attributes: Any = None, timestamp: Any = None, escaped: bool = False
     ) -> None:
         if not _memory_work.get():
-            return upstream_record_exception(self, exception, attributes, timestamp, escaped)
+            upstream_record_exception(self, exception, attributes, timestamp, escaped)
+            return
         self.add_event(
             "exception",
             {"exception.type": type(exception).__name__, "exception.message": WITHHELD, "exception.escaped": escaped},
@@ -234,13 +238,13 @@ def install_span_boundary() -> None:
         )
 
     upstream_record_exception = Span.record_exception
-    Span.set_attribute = wrap(Span.set_attribute, attribute)
-    Span.set_attributes = wrap(Span.set_attributes, attributes)
-    Span.add_event = wrap(Span.add_event, event)
-    Span.set_status = wrap(Span.set_status, status)
-    Span.record_exception = record_exception
-    Tracer.start_span = wrap(Tracer.start_span, start_span)
-    Span.governed_memory = True
+    setattr(Span, "set_attribute", wrap(Span.set_attribute, attribute))  # noqa: B010  (the SDK's own class)
+    setattr(Span, "set_attributes", wrap(Span.set_attributes, attributes))  # noqa: B010
+    setattr(Span, "add_event", wrap(Span.add_event, event))  # noqa: B010
+    setattr(Span, "set_status", wrap(Span.set_status, status))  # noqa: B010
+    setattr(Span, "record_exception", record_exception)  # noqa: B010
+    setattr(Tracer, "start_span", wrap(Tracer.start_span, start_span))  # noqa: B010
+    setattr(Span, "governed_memory", True)  # noqa: B010
 
 
 def install() -> None:
@@ -259,9 +263,10 @@ class MemoryWorkMiddleware:
     def __init__(self, app: Any) -> None:
         self.app = app
 
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope.get("type") != "http":
-            return await self.app(scope, receive, send)
+            await self.app(scope, receive, send)
+            return
         asserted = any(name.lower() == b"x-memory-scope" for name, _ in scope.get("headers", []))
         token = enter(asserted)
         try:

@@ -54,7 +54,7 @@ class Principal:
     def parse(cls, mxid: object, origin: object) -> Principal:
         mxid = _ascii_fullmatch(_MXID, mxid)
         try:
-            return cls(mxid, Origin(origin))
+            return cls(mxid, Origin(origin))  # type: ignore[arg-type]  # anything else is a ValueError
         except ValueError:
             raise _refuse() from None
 

@@ -151,6 +151,6 @@ class Settings(BaseSettings):
             )
             if not value
         ]
-        if missing:
+        if missing or self.bridge_issuer is None or self.homeserver is None:
             raise ConfigurationError(f"governed memory needs {', '.join(missing)}", code="missing")
         return Trust(self.bridge_key(), self.bridge_issuer, self.agent(), self.homeserver)

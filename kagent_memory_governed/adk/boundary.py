@@ -24,7 +24,8 @@ from typing import Any
 from google.adk.agents.callback_context import CallbackContext
 from google.adk.agents.invocation_context import InvocationContext
 from google.adk.events import Event
-from google.adk.models import LlmRequest, LlmResponse
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.adk.plugins import BasePlugin
 from google.genai import types
 
@@ -96,17 +97,17 @@ def restore(llm_request: LlmRequest) -> None:
         parts = content.parts or []
         if not any(_kept(part, recall) for part in parts):
             continue
-        restored = [
-            types.Part(
-                function_response=part.function_response.model_copy(
-                    update={"response": recall.results[_reference(part)]}
-                )
-            )
-            if _kept(part, recall)
-            else part
-            for part in parts
-        ]
+        restored = [_restored(part, recall) for part in parts]
         llm_request.contents[index] = content.model_copy(update={"parts": restored})
+
+
+def _restored(part: types.Part, recall: Recall) -> types.Part:
+    reference = _reference(part)
+    if part.function_response is None or not isinstance(reference, str) or reference not in recall.results:
+        return part
+    return types.Part(
+        function_response=part.function_response.model_copy(update={"response": recall.results[reference]})
+    )
 
 
 def _reference(part: types.Part) -> object:

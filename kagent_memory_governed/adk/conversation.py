@@ -8,7 +8,7 @@ import json
 from collections.abc import Iterable, Mapping
 
 from google.adk.events import Event
-from google.adk.models import LlmRequest
+from google.adk.models.llm_request import LlmRequest
 from google.genai import types
 from kagent.adk.tools.prefetch_memory_tool import _split_sentences
 

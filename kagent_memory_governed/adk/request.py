@@ -10,6 +10,7 @@ from __future__ import annotations
 import logging
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Any
 
 from kagent.core.a2a import KAgentRequestContextBuilder
 
@@ -38,7 +39,7 @@ def current() -> RequestScope | None:
     return _scope.get()
 
 
-def bind(headers: dict, trust: Trust) -> RequestScope | None:
+def bind(headers: dict[str, Any], trust: Trust) -> RequestScope | None:
     """Verify the request's assertion and bind the result to this context, always (``None`` when refused),
     so nothing carries over from an earlier request served in the same task. The assertion header is
     removed from ``headers``: kagent persists request headers into the session."""
@@ -51,6 +52,7 @@ def bind(headers: dict, trust: Trust) -> RequestScope | None:
         metering.count(Operation.ASSERTION, Result.REFUSED, refused.reason)
         logger.info("memory-free request: %s", refused.reason.value)
         return None
+    assert assertion.key is not None and assertion.generation is not None  # a scope header names both
     scope = RequestScope(assertion.key, assertion.generation)
     _scope.set(scope)
     redaction.enter(True)
@@ -62,7 +64,14 @@ def context_builder(trust: Trust) -> type[KAgentRequestContextBuilder]:
     """kagent's request context builder, binding the memory scope before it builds the context."""
 
     class GovernedRequestContextBuilder(KAgentRequestContextBuilder):
-        async def build(self, params=None, task_id=None, context_id=None, task=None, context=None):
+        async def build(  # upstream's own signature, typed
+            self,
+            params: Any = None,
+            task_id: str | None = None,
+            context_id: str | None = None,
+            task: Any = None,
+            context: Any = None,
+        ) -> Any:
             bind(context.state.setdefault("headers", {}) if context else {}, trust)
             # by keyword: kagent-core on a2a-sdk 1.x (upstream main) takes ``context`` first
             return await super().build(

@@ -13,10 +13,11 @@ import logging
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
+from google.adk.events import Event
 from google.adk.memory import BaseMemoryService
 from google.adk.memory.base_memory_service import SearchMemoryResponse
 from google.adk.memory.memory_entry import MemoryEntry
-from google.adk.models import BaseLlm
+from google.adk.models.base_llm import BaseLlm
 from google.adk.sessions import Session
 from google.genai import types
 from kagent.adk.models import KAgentEmbedding
@@ -42,7 +43,8 @@ def kagent_embedder(config: EmbeddingConfig) -> Embedder:
     client = KAgentEmbedding(config)
 
     async def embed(texts: list[str]) -> list[list[float]]:
-        return await client.generate(texts)
+        vectors = await client.generate(texts)  # a list in, a list of vectors out
+        return [list(vector) for vector in vectors if isinstance(vector, list)]
 
     return embed
 
@@ -141,17 +143,18 @@ class GovernedMemoryService(BaseMemoryService):
         )
         found: dict[str, tuple[float, MemoryEntry]] = {}
         for hit in (hit for each in hits for hit in each):
+            entry_id = str(hit.entry_id)
             entry = MemoryEntry(
-                id=str(hit.entry_id),
+                id=entry_id,
                 content=types.Content(role="user", parts=[types.Part(text=hit.text)]),
                 timestamp=hit.created_at.isoformat(),
             )
-            if entry.id not in found or found[entry.id][0] < hit.score:
-                found[entry.id] = (hit.score, entry)
+            if entry_id not in found or found[entry_id][0] < hit.score:
+                found[entry_id] = (hit.score, entry)
         metering.count(operation, Result.OK)
         return [entry for _, entry in sorted(found.values(), key=lambda pair: -pair[0])]
 
-    async def save(self, scope: RequestScope, texts: list[str], operation: Operation) -> None:
+    async def save(self, scope: RequestScope, texts: Sequence[object], operation: Operation) -> None:
         """Store ``texts`` in ``scope`` (all or none), admitted before they are embedded: one unit per fact,
         and an explicit ``save`` is also rate limited per sender and agent."""
         try:
@@ -168,7 +171,7 @@ class GovernedMemoryService(BaseMemoryService):
         )
         metering.count(operation, Result.OK)
 
-    async def _autosave(self, scope: RequestScope, session_id: str, events: list, model: BaseLlm) -> None:
+    async def _autosave(self, scope: RequestScope, session_id: str, events: list[Event], model: BaseLlm) -> None:
         redaction.enter(True)  # this task's own context: background memory work
         try:
             candidates = list(dict.fromkeys(event.invocation_id for event in events if event.invocation_id))

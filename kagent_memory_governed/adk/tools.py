@@ -7,13 +7,18 @@ anything the model says (R34); without one every tool answers a reason code and 
 
 from __future__ import annotations
 
+import inspect
 import json
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from google.adk.agents import LlmAgent
 from google.adk.agents.callback_context import CallbackContext
+from google.adk.agents.llm_agent import InstructionProvider
+from google.adk.agents.readonly_context import ReadonlyContext
 from google.adk.memory.base_memory_service import SearchMemoryResponse
-from google.adk.models import LlmRequest
+from google.adk.memory.memory_entry import MemoryEntry
+from google.adk.models.llm_request import LlmRequest
 from google.adk.tools.tool_context import ToolContext
 from kagent.adk.tools.memory_tools import LoadMemoryTool, SaveMemoryTool
 from kagent.adk.tools.prefetch_memory_tool import PrefetchMemoryTool
@@ -65,7 +70,9 @@ class GovernedSaveMemoryTool(SaveMemoryTool):
 class GovernedLoadMemoryTool(LoadMemoryTool):
     """``load_memory``: searches the request's consented scope, or answers a reason code."""
 
-    async def run_async(self, *, args: dict[str, Any], tool_context: ToolContext) -> str | dict[str, Any]:
+    async def run_async(  # type: ignore[override]  # google-adk takes a dict answer as it is: the placeholder
+        self, *, args: dict[str, Any], tool_context: ToolContext
+    ) -> str | dict[str, Any]:
         """Upstream's answer, a JSON text ``{"memories": [...]}`` of ``SearchMemoryResponse``, for this
         invocation's model requests; the kept event holds a placeholder (``boundary.keep``). No hits answer
         ``{"memories": []}`` (upstream: ``{}``), which needs no keeping."""
@@ -109,11 +116,15 @@ class GovernedPrefetchMemoryTool(PrefetchMemoryTool):
             return
         if entries:
             boundary.note_hit()
-            facts = "\n".join(f"- {entry.content.parts[0].text}" for entry in entries)
+            facts = "\n".join(f"- {_text(entry)}" for entry in entries)
             llm_request.append_instructions([PREFETCH_PREAMBLE.format(facts=facts)])  # this request only
 
 
-def autosave_callback(agent: LlmAgent):
+def _text(entry: MemoryEntry) -> str:
+    return "".join(part.text or "" for part in entry.content.parts or [])
+
+
+def autosave_callback(agent: LlmAgent) -> Callable[[CallbackContext], Awaitable[None]]:
     """An ``after_agent_callback`` that records each turn admitted under the request's scope and
     generation, and auto-saves once ``autosave_every_user_turns`` of them await collection (R7, R24, R36)."""
 
@@ -131,13 +142,27 @@ def autosave_callback(agent: LlmAgent):
     return governed_auto_save
 
 
+def _with_memory_instruction(instruction: str | InstructionProvider) -> str | InstructionProvider:
+    """``instruction`` followed by ``MEMORY_INSTRUCTION``, whether it is text or a provider of text."""
+    if isinstance(instruction, str):
+        return instruction + MEMORY_INSTRUCTION
+    provider = instruction
+
+    async def with_memory(context: ReadonlyContext) -> str:
+        text = provider(context)
+        return (await text if inspect.isawaitable(text) else text) + MEMORY_INSTRUCTION
+
+    return with_memory
+
+
 def configure_memory(config: Any, agent: LlmAgent) -> None:
     """Replaces ``AgentConfig._configure_memory``: governed tools, instruction and auto-save only."""
-    agent.tools.extend([GovernedPrefetchMemoryTool(), GovernedLoadMemoryTool(), GovernedSaveMemoryTool()])
-    if agent.static_instruction:
+    tools = [GovernedPrefetchMemoryTool(), GovernedLoadMemoryTool(), GovernedSaveMemoryTool()]  # type: ignore[no-untyped-call]
+    agent.tools.extend(tools)
+    if isinstance(agent.static_instruction, str) and agent.static_instruction:
         agent.static_instruction += MEMORY_INSTRUCTION
-    else:
-        agent.instruction += MEMORY_INSTRUCTION
+    else:  # no static text (it may be None, or content that is not text): the instruction says it
+        agent.instruction = _with_memory_instruction(agent.instruction)
     callbacks = agent.after_agent_callback
     callbacks = [] if callbacks is None else list(callbacks) if isinstance(callbacks, list) else [callbacks]
     agent.after_agent_callback = [*callbacks, autosave_callback(agent)]

@@ -9,7 +9,8 @@ from typing import Any
 
 import httpx
 from a2a.types import AgentCard
-from google.adk.models import BaseLlm
+from google.adk.agents import BaseAgent
+from google.adk.models.base_llm import BaseLlm
 from kagent.adk import AgentConfig, KAgentApp
 
 CONFIG = {
@@ -30,7 +31,9 @@ CARD = {
 }
 
 
-def build_app(model: BaseLlm | None, *, config: dict | None = None, local: bool = True, streaming: bool = False) -> Any:
+def build_app(
+    model: BaseLlm | None, *, config: dict[str, Any] | None = None, local: bool = True, streaming: bool = False
+) -> Any:
     """Upstream's app for an agent of ``config`` (default ``CONFIG``), as ``kagent-adk static`` builds it.
     ``model`` replaces the model kagent builds from the config (``None``: kagent's own adapter for the
     config's ``model``, which then calls its provider); ``streaming`` allows ``message/stream``, and the
@@ -38,7 +41,7 @@ def build_app(model: BaseLlm | None, *, config: dict | None = None, local: bool 
     agent_config = AgentConfig.model_validate(config or CONFIG)
     card = AgentCard.model_validate({**CARD, "capabilities": {"streaming": streaming}})
 
-    def factory():
+    def factory() -> BaseAgent:
         agent = agent_config.to_agent("helper")
         if model is not None:
             agent.model = model
@@ -61,12 +64,13 @@ class A2AClient:
     def __init__(self, http: httpx.AsyncClient) -> None:
         self.http = http
 
-    async def send(self, text: str, *, context_id: str, user: str | None, scope: str | None) -> dict:
+    async def send(self, text: str, *, context_id: str, user: str | None, scope: str | None) -> dict[str, Any]:
         answer = await self.http.post("/", **self._request("message/send", text, context_id, user, scope))
         assert answer.status_code == 200
-        return answer.json()
+        found: dict[str, Any] = answer.json()
+        return found
 
-    async def send_as(self, headers: dict[str, str], text: str, *, context_id: str | None = None) -> dict:
+    async def send_as(self, headers: dict[str, str], text: str, *, context_id: str | None = None) -> dict[str, Any]:
         """``message/send`` with the bridge's headers (a control client's ``headers()``), in a new session
         unless ``context_id`` names one; without ``X-Memory-Scope`` the request is memory-free."""
         context = context_id or uuid.uuid4().hex
@@ -79,7 +83,7 @@ class A2AClient:
         return answer.text
 
     @staticmethod
-    def _request(method: str, text: str, context_id: str, user: str | None, scope: str | None) -> dict:
+    def _request(method: str, text: str, context_id: str, user: str | None, scope: str | None) -> dict[str, Any]:
         headers = {}
         if user is not None:
             headers["X-User-Id"] = user
@@ -102,7 +106,7 @@ class A2AClient:
         return {"json": body, "headers": headers}
 
 
-def reply_text(answer: dict) -> str:
+def reply_text(answer: dict[str, Any]) -> str:
     """All text the agent sent back in a ``message/send`` answer."""
     return json.dumps(answer.get("result", {}))
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ def b64(raw: bytes) -> str:
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
-def compact(header: dict[str, Any] | str, claims: dict[str, Any] | str, sign) -> str:
+def compact(header: dict[str, Any] | str, claims: dict[str, Any] | str, sign: Callable[[bytes], bytes]) -> str:
     def encode(part: dict[str, Any] | str) -> str:
         return b64((part if isinstance(part, str) else json.dumps(part)).encode())
 

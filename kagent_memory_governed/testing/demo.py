@@ -22,11 +22,12 @@ import tempfile
 import uuid
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 import httpx
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from freezegun import freeze_time
-from google.adk.models import LlmRequest
+from google.adk.models.llm_request import LlmRequest
 from pydantic import BaseModel
 
 from kagent_memory_governed import clock
@@ -49,7 +50,7 @@ CONFIG = {
 }
 
 
-def _saves(text: str) -> list[tuple[str, dict]]:
+def _saves(text: str) -> list[tuple[str, dict[str, Any]]]:
     """'Please remember that ...' saves; anything else is a plain answer."""
     prefix = "Please remember that "
     return [("save_memory", {"content": text.removeprefix(prefix)})] if text.startswith(prefix) else []
@@ -154,6 +155,6 @@ async def _lifecycle(memory: AsyncControlClient, service: GovernedMemoryService)
     await service.drain()
 
 
-def _shown(answer: BaseModel) -> dict:
+def _shown(answer: BaseModel) -> dict[str, Any]:
     """An answer as the control API sent it (what was set), for the demo's evidence lines."""
     return answer.model_dump(exclude_none=True)

@@ -6,8 +6,11 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import AsyncGenerator, Callable
+from typing import Any
 
-from google.adk.models import BaseLlm, LlmRequest, LlmResponse
+from google.adk.models.base_llm import BaseLlm
+from google.adk.models.llm_request import LlmRequest
+from google.adk.models.llm_response import LlmResponse
 from google.genai import types
 from pydantic import PrivateAttr
 
@@ -21,7 +24,7 @@ class ScriptedModel(BaseLlm):
 
     model: str = "scripted"
     _requests: list[LlmRequest] = PrivateAttr(default_factory=list)
-    _on_user: Callable[[str], list[tuple[str, dict]]] | None = PrivateAttr(default=None)
+    _on_user: Callable[[str], list[tuple[str, dict[str, Any]]]] | None = PrivateAttr(default=None)
     _summary: str | Callable[[str], list[str]] = PrivateAttr(default="[]")
     _tool_reply: str | None = PrivateAttr(default=None)
     _reply: Callable[[LlmRequest], str] | None = PrivateAttr(default=None)
@@ -32,11 +35,11 @@ class ScriptedModel(BaseLlm):
 
     def script(
         self,
-        on_user=None,
+        on_user: Callable[[str], list[tuple[str, dict[str, Any]]]] | None = None,
         summary: str | Callable[[str], list[str]] | None = None,
-        gate=None,
+        gate: asyncio.Event | None = None,
         fail_summary: bool = False,
-        fail_chat=None,
+        fail_chat: str | None = None,
         tool_reply: str | None = None,
         reply: Callable[[LlmRequest], str] | None = None,
     ) -> ScriptedModel:
@@ -91,7 +94,8 @@ class ScriptedModel(BaseLlm):
             yield _answer(types.Part(text=self._tool_reply))
             return
         if any(part.function_response for part in last.parts or []):
-            results = [json.dumps(part.function_response.response) for part in last.parts if part.function_response]
+            responses = [part.function_response for part in last.parts or [] if part.function_response]
+            results = [json.dumps(response.response) for response in responses]
             yield _answer(types.Part(text="done: " + " | ".join(results)))
             return
         calls = self._on_user(text) if self._on_user else []

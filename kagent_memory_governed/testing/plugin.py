@@ -112,7 +112,9 @@ def governed_model() -> ScriptedModel:
 
 
 @pytest.fixture(scope="session")
-def governed_runtime(governed_store: Store, governed_signer: ScopeSigner, governed_embedder) -> Runtime:
+def governed_runtime(
+    governed_store: Store, governed_signer: ScopeSigner, governed_embedder: CountingEmbedder
+) -> Runtime:
     namespace, name = governed_signer.agent.split("/")
     for variable, value in (("KAGENT_URL", "http://controller.invalid"), ("KAGENT_NAMESPACE", namespace)):
         os.environ.setdefault(variable, value)
