@@ -14,23 +14,46 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from kagent_memory_governed.assertion import Trust
-from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, PolicyError, Reason
+from kagent_memory_governed.consent import Erasure
+from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Operation, PolicyError, Reason
+from kagent_memory_governed.keys import EntryKey, KeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
 from kagent_memory_governed.settings import Settings
-from kagent_memory_governed.store import Entry, Hit, NewFact, Page, Status, Store
+from kagent_memory_governed.store import (
+    Entry,
+    Erased,
+    ErasureRecord,
+    Grant,
+    Hit,
+    NewFact,
+    Offboarded,
+    Page,
+    Status,
+    Store,
+    Turn,
+)
 
 if TYPE_CHECKING:
+    from kagent_memory_governed.adk.request import RequestScope
     from kagent_memory_governed.adk.runtime import Mode, Runtime, install
+    from kagent_memory_governed.adk.service import GovernedMemoryService
 
-_RUNTIME = {"Mode", "Runtime", "install"}  # need kagent-adk: imported on first use, not with the package
+# These need kagent-adk: imported on first use, not with the package.
+_RUNTIME = {
+    "Mode": "kagent_memory_governed.adk.runtime",
+    "Runtime": "kagent_memory_governed.adk.runtime",
+    "install": "kagent_memory_governed.adk.runtime",
+    "GovernedMemoryService": "kagent_memory_governed.adk.service",
+    "RequestScope": "kagent_memory_governed.adk.request",
+}
 
 
 def __getattr__(name: str) -> Any:
     if name in _RUNTIME:
-        from kagent_memory_governed.adk import runtime
+        import importlib
 
-        return getattr(runtime, name)
+        return getattr(importlib.import_module(_RUNTIME[name]), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -39,21 +62,32 @@ __all__ = [
     "ConfigurationError",
     "ControlRoom",
     "Entry",
+    "EntryKey",
+    "Erased",
+    "Erasure",
+    "ErasureRecord",
     "GovernedMemoryError",
+    "GovernedMemoryService",
+    "Grant",
     "Hit",
+    "KeyStore",
     "Mode",
     "NewFact",
+    "Offboarded",
+    "Operation",
     "Origin",
     "Page",
     "Policy",
     "PolicyError",
     "Principal",
     "Reason",
+    "RequestScope",
     "Runtime",
     "ScopeKey",
     "Settings",
     "Status",
     "Store",
     "Trust",
+    "Turn",
     "install",
 ]
