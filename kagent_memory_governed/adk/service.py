@@ -27,7 +27,7 @@ from kagent_memory_governed import metering, redaction
 from kagent_memory_governed.adk import conversation
 from kagent_memory_governed.adk.request import RequestScope, current
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
-from kagent_memory_governed.policy import admit_fact
+from kagent_memory_governed.policy import Policy, admit_fact
 from kagent_memory_governed.store import NewFact, Store
 
 Embedder = Callable[[list[str]], Awaitable[list[list[float]]]]
@@ -54,9 +54,13 @@ class GovernedMemoryService(BaseMemoryService):
 
     def __init__(self, store: Store, embedder: Embedder | None) -> None:
         self.store = store
-        self.policy = store.policy
         self._embedder = embedder
         self._background: set[asyncio.Task[None]] = set()
+
+    @property
+    def policy(self) -> Policy:
+        """The effective policy: the store's, which an Agent's ``ttl_days`` may have lowered (its one owner)."""
+        return self.store.policy
 
     def configure_embedding(self, config: EmbeddingConfig | None) -> None:
         """Embed with upstream's client for the Agent's ``memory.embedding``, unless an embedder was
@@ -72,7 +76,6 @@ class GovernedMemoryService(BaseMemoryService):
         self.configure_embedding(memory.embedding)
         if memory.ttl_days:
             self.store.limit_expiry(memory.ttl_days * 24 * 3600)
-            self.policy = self.store.policy
 
     # -- google-adk / kagent entry points --------------------------------------------------------
 
