@@ -15,7 +15,7 @@ from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryErro
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId
 
-PREFIX = "KAGENT_GOVERNED_MEMORY_"
+ENV_PREFIX = "KAGENT_GOVERNED_MEMORY_"
 # Read by this repository's tooling, not by the package: ./dev and the test suite.
 TOOLING = {
     "KAGENT_GOVERNED_MEMORY_VENV",
@@ -43,10 +43,10 @@ def problems(error: ValidationError) -> str:
     found = []
     for problem in error.errors():
         field = str(problem["loc"][0]) if problem["loc"] else ""
-        where = field if field.isupper() or not field else PREFIX + field.upper()  # the variable, as set
+        where = field if field.isupper() or not field else ENV_PREFIX + field.upper()  # the variable, as set
         ours = problem["type"] == "value_error" and isinstance(problem.get("ctx", {}).get("error"), ValueError)
         message = problem["msg"].removeprefix("Value error, ") if ours else ""
-        if where and message.startswith(PREFIX):
+        if where and message.startswith(ENV_PREFIX):
             where = ""  # the message names the variable itself
         found.append(": ".join(part for part in (where, message) if part) or "invalid")
     return "; ".join(found)
@@ -55,7 +55,7 @@ def problems(error: ValidationError) -> str:
 class Settings(BaseSettings):
     """Everything an operator sets. Unset database URL: an embedded PostgreSQL for local runs only."""
 
-    model_config = SettingsConfigDict(env_prefix="KAGENT_GOVERNED_MEMORY_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     database_url: str | None = None
     data_dir: Path = Field(default_factory=lambda: platformdirs.user_data_path("kagent-memory-governed"))
@@ -93,7 +93,7 @@ class Settings(BaseSettings):
     def _no_unknown_variables(self) -> Settings:
         # a misspelt DATABASE_URL would otherwise fall back to the embedded database without a word:
         # any variable that looks like ours (GOVERNED and MEMORY in its name, any case) must be ours exactly
-        known = {PREFIX + name.upper() for name in type(self).model_fields if not name.startswith("kagent_")}
+        known = {ENV_PREFIX + name.upper() for name in type(self).model_fields if not name.startswith("kagent_")}
         known |= TOOLING | {SWITCH}
         lookalikes = sorted(k for k in os.environ if _looks_like_ours(k) and k not in known)
         if lookalikes:
@@ -115,7 +115,7 @@ class Settings(BaseSettings):
     def bridge_key(self) -> Ed25519PublicKey:
         """The bridge's public key. Refuses (``ConfigurationError``, naming the setting, with a ``code``)
         a missing, unreadable or non-Ed25519 key and one that is not a point of prime order."""
-        name = PREFIX + "BRIDGE_PUBLIC_KEY"
+        name = ENV_PREFIX + "BRIDGE_PUBLIC_KEY"
         if not self.bridge_public_key:
             raise ConfigurationError(f"governed memory needs {name}", code="missing")
         try:
@@ -143,9 +143,9 @@ class Settings(BaseSettings):
         missing = [
             name
             for name, value in (
-                (PREFIX + "BRIDGE_PUBLIC_KEY", self.bridge_public_key),
-                (PREFIX + "BRIDGE_ISSUER", self.bridge_issuer),
-                (PREFIX + "HOMESERVER", self.homeserver),
+                (ENV_PREFIX + "BRIDGE_PUBLIC_KEY", self.bridge_public_key),
+                (ENV_PREFIX + "BRIDGE_ISSUER", self.bridge_issuer),
+                (ENV_PREFIX + "HOMESERVER", self.homeserver),
                 ("KAGENT_NAMESPACE", self.kagent_namespace),
                 ("KAGENT_NAME", self.kagent_name),
             )
