@@ -6,6 +6,10 @@ Any request to ``/api/memories`` is recorded, answered 500, and fails the test t
 from __future__ import annotations
 
 import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import httpx
 
@@ -65,3 +69,36 @@ class FakeController:
             self.tasks.pop(rest[0], None)
             return httpx.Response(200, json={"error": False})
         return httpx.Response(404, json={"error": True})
+
+
+@contextmanager
+def listening(fake: FakeController) -> Iterator[str]:
+    """``fake`` served over HTTP on a loopback port, for an agent server running as another process; yields
+    its base URL (``KAGENT_URL``)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def _answer(self) -> None:
+            body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            request = httpx.Request(
+                self.command, f"http://controller{self.path}", headers=dict(self.headers), content=body
+            )
+            response = fake(request)
+            self.send_response(response.status_code)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(response.content)))
+            self.end_headers()
+            self.wfile.write(response.content)
+
+        do_GET = do_POST = do_DELETE = do_PUT = _answer
+
+        def log_message(self, format: str, *args: object) -> None:  # the test reads the agent's log, not ours
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()

@@ -83,12 +83,21 @@ def free_port() -> int:
         return probe.getsockname()[1]
 
 
-def serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
-    """``kagent-memory-governed static`` (upstream's server, governed) on a free loopback port."""
-    config = tmp_path / "config"
-    config.mkdir(exist_ok=True)
-    (config / "config.json").write_text(json.dumps(CONFIG))
-    (config / "agent-card.json").write_text(json.dumps(CARD))
+def serve(
+    tmp_path: Path,
+    env: dict[str, str],
+    *,
+    config: dict | None = None,
+    card: dict | None = None,
+    log: Path | None = None,
+) -> tuple[subprocess.Popen, str]:
+    """``kagent-memory-governed static`` (upstream's server, governed) on a free loopback port, serving the
+    agent of ``config`` (default ``CONFIG``); its stdout and stderr go to a pipe, or to the file ``log``
+    (a pipe that nobody reads would stall a server that logs much)."""
+    directory = tmp_path / "config"
+    directory.mkdir(exist_ok=True)
+    (directory / "config.json").write_text(json.dumps(config or CONFIG))
+    (directory / "agent-card.json").write_text(json.dumps(card or CARD))
     port = free_port()
     command = [
         str(Path(sys.executable).parent / "kagent-memory-governed"),
@@ -97,10 +106,11 @@ def serve(tmp_path: Path, env: dict[str, str]) -> tuple[subprocess.Popen, str]:
         "127.0.0.1",
         "--port",
         str(port),
+        "--filepath",
+        str(directory),
     ]
-    server = subprocess.Popen(
-        [*command, "--filepath", str(config)], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
-    )
+    output = log.open("w") if log is not None else subprocess.PIPE
+    server = subprocess.Popen(command, env=env, stdout=output, stderr=subprocess.STDOUT, text=True)
     return server, f"http://127.0.0.1:{port}"
 
 
