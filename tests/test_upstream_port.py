@@ -87,12 +87,22 @@ def site() -> list[Path]:
     return list(dict.fromkeys([adk.parents[1], core.parents[1]]))
 
 
-def test_every_upstream_name_the_package_uses_is_listed(site: list[Path]):
+@pytest.fixture(scope="module")
+def used(site: list[Path]) -> set[str]:
+    """What the package's source imports, subclasses, overrides (where upstream has the method) and rebinds."""
     candidates = set().union(*(used_names(source) for source in PACKAGE.rglob("*.py")))
     overrides = {name[:-1] for name in candidates if name.endswith("?")}
-    used = {name for name in candidates if not name.endswith("?")}
-    used |= {name for name in overrides if upstream_diff.describe(site, name) is not None}
+    found = {name for name in candidates if not name.endswith("?")}
+    return found | {name for name in overrides if upstream_diff.describe(site, name) is not None}
+
+
+def test_every_upstream_name_the_package_uses_is_listed(used: set[str]):
     assert sorted(used - LISTED) == []
+
+
+def test_every_listed_import_subclass_and_override_is_still_used(used: set[str]):
+    found_by_source = {upstream.Use.IMPORTED, upstream.Use.SUBCLASSED, upstream.Use.OVERRIDDEN}
+    assert sorted(e.name for e in upstream.PORT_NAMES if e.use in found_by_source and e.name not in used) == []
 
 
 def test_every_runtime_patch_target_is_listed():

@@ -122,7 +122,7 @@ PORT_NAMES: tuple[UpstreamName, ...] = (  # each name once, under the strongest 
     *_names(Use.SUBCLASSED, "adk/service.py", "google.adk.memory.BaseMemoryService"),
     *_names(Use.SUBCLASSED, "adk/boundary.py, adk/integration.py", "google.adk.plugins.BasePlugin"),
     *_names(Use.SUBCLASSED, "adk/integration.py, adk/runtime.py", "google.adk.runners.Runner"),
-    *_names(Use.SUBCLASSED, "adk/service.py, testing/model.py, testing/agent.py", "google.adk.models.BaseLlm"),
+    *_names(Use.SUBCLASSED, "adk/service.py, testing/model.py, testing/agent.py", "google.adk.models.base_llm.BaseLlm"),
     *_names(
         Use.OVERRIDDEN,
         "adk/tools.py",
@@ -155,7 +155,7 @@ PORT_NAMES: tuple[UpstreamName, ...] = (  # each name once, under the strongest 
         "google.adk.runners.Runner.__init__",
         "google.adk.runners.Runner.run_async",
     ),
-    *_names(Use.OVERRIDDEN, "testing/model.py", "google.adk.models.BaseLlm.generate_content_async"),
+    *_names(Use.OVERRIDDEN, "testing/model.py", "google.adk.models.base_llm.BaseLlm.generate_content_async"),
     *_names(Use.IMPORTED, "adk/integration.py", "kagent.adk._a2a", "kagent.adk._memory_service.KagentMemoryService"),
     *_names(
         Use.IMPORTED, "adk/integration.py", "kagent.adk.tools.memory_tools", "kagent.adk.tools.prefetch_memory_tool"
@@ -173,11 +173,18 @@ PORT_NAMES: tuple[UpstreamName, ...] = (  # each name once, under the strongest 
         "google.adk.sessions.Session",
     ),
     *_names(Use.IMPORTED, "adk/tools.py", "google.adk.agents.LlmAgent", "google.adk.tools.tool_context.ToolContext"),
+    *_names(
+        Use.IMPORTED,
+        "adk/tools.py",
+        "google.adk.agents.llm_agent.InstructionProvider",
+        "google.adk.agents.readonly_context.ReadonlyContext",
+    ),
+    *_names(Use.IMPORTED, "testing/agent.py", "google.adk.agents.BaseAgent"),
     *_names(Use.IMPORTED, "adk/boundary.py, adk/tools.py", "google.adk.agents.callback_context.CallbackContext"),
     *_names(Use.IMPORTED, "adk/boundary.py", "google.adk.agents.invocation_context.InvocationContext"),
     *_names(Use.IMPORTED, "adk/boundary.py, adk/conversation.py", "google.adk.events.Event"),
-    *_names(Use.IMPORTED, "adk/boundary.py, adk/tools.py, testing", "google.adk.models.LlmRequest"),
-    *_names(Use.IMPORTED, "adk/boundary.py, testing/model.py", "google.adk.models.LlmResponse"),
+    *_names(Use.IMPORTED, "adk/boundary.py, adk/tools.py, testing", "google.adk.models.llm_request.LlmRequest"),
+    *_names(Use.IMPORTED, "adk/boundary.py, testing/model.py", "google.adk.models.llm_response.LlmResponse"),
     *_names(Use.IMPORTED, "adk/boundary.py, adk/service.py, testing/model.py", "google.genai.types"),
     *_names(Use.IMPORTED, "cli.py", "kagent.adk.cli.run_cli"),
     *_names(Use.IMPORTED, "testing/agent.py", "kagent.adk.AgentConfig", "kagent.adk.KAgentApp", "a2a.types.AgentCard"),
