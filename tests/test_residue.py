@@ -154,7 +154,7 @@ async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_c
             every_key.update(await keys.fetch(key.scope_id))
         assert erased.isdisjoint(every_key)
         for entry in erased:
-            row = SimpleNamespace(entry_id=entry, sealed=sealed[entry], created_at=None, expires_at=None)
+            row = sealing.Row(entry, sealed[entry], None, None)
             for key in scopes.values():
                 assert sealing.open_entries(key.scope_id, [row], every_key) == []
                 for candidate in every_key.values():  # nor any key left, tried as its key
@@ -170,7 +170,7 @@ async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_c
             for way in ("kept", "forget")
             for entry in sealing.open_entries(
                 scopes[way].scope_id,
-                [SimpleNamespace(entry_id=e, sealed=sealed[e], created_at=None, expires_at=None) for e in kept],
+                [sealing.Row(e, sealed[e], None, None) for e in kept],
                 await keys.fetch(scopes[way].scope_id),
             )
         }

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
-from types import SimpleNamespace
 
 import asyncpg
 import pytest
@@ -149,7 +148,7 @@ async def test_vectors_are_sealed_as_sent(store: Store, key: ScopeKey, sql: asyn
     row = await sql.fetchrow("SELECT * FROM governed_memory.entries WHERE entry_id = $1", entry_id)
     assert row["text"] is None and row["embedding"] is None  # only the ciphertext is stored
     keyring = await store.key_store.fetch(key.scope_id)
-    [opened] = sealing.open_entries(key.scope_id, [SimpleNamespace(**row)], keyring)
+    [opened] = sealing.open_entries(key.scope_id, [sealing.Row(*(row[c] for c in sealing.Row._fields))], keyring)
     assert opened.text == "likes green tea"
     assert opened.embedding.tolist() == pytest.approx(embed("likes green tea"), abs=1e-7)
     [hit] = await store.search(key, generation, embed("likes green tea"), top_k=1)

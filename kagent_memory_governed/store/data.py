@@ -9,8 +9,8 @@ import asyncio
 import base64
 import binascii
 import uuid
-from collections.abc import Sequence
-from contextlib import suppress
+from collections.abc import AsyncIterator, Sequence
+from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime, timedelta
 
 import numpy
@@ -33,14 +33,14 @@ async def write(
     db: Database, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None
 ) -> list[uuid.UUID]:
     sid = key.scope_id
-    async with db.checking(Operation.WRITE, scope_id=sid):
+    pending = db.keys.start(sid, generation)  # fetched while the facts are checked and sealed
+    async with _cancelling(db, sid, pending), db.checking(Operation.WRITE, scope_id=sid):
         admit_generation(generation)
         if not facts or len(facts) > db.policy.entry_cap:
             raise GovernedMemoryError(Reason.BAD_INPUT)
         admitted = [(admit_fact(f.text, db.policy), admit_embedding(f.embedding)) for f in facts]
         # the policy's bound; the function lowers it to what the scope's consent allows
         lifetime = expiry_seconds(expires_in, db.policy, db.policy.max_expiry_seconds)
-    pending = db.keys.start(sid, generation)
     distinct: dict[str, numpy.ndarray] = {}  # one entry a fact, with the first of its embeddings
     for fact, vector in admitted:
         distinct.setdefault(fact, vector)
@@ -97,14 +97,14 @@ async def search(
     min_score: float,
 ) -> list[list[Hit]]:
     sid = key.scope_id
-    async with db.checking(Operation.SEARCH, scope_id=sid):
+    pending = db.keys.start(sid, generation)  # the keyring is fetched while the input is checked and the statement runs
+    async with _cancelling(db, sid, pending), db.checking(Operation.SEARCH, scope_id=sid):
         admit_generation(generation)
         admit_int(len(embeddings), low=1, high=db.policy.prefetch_max_subqueries)
         queries = [admit_embedding(embedding) for embedding in embeddings]
         admit_int(top_k, low=1, high=db.policy.entry_cap)
         if not -1.0 <= float(min_score) <= 1.0:
             raise GovernedMemoryError(Reason.BAD_INPUT)
-    pending = db.keys.start(sid, generation)  # the keyring is fetched while the statement runs
     try:
         rows = await db.call(functions.SEARCH, {"scope": sid, "generation": generation, "now": clock.now()})
         raise_refusal(rows)
@@ -112,11 +112,30 @@ async def search(
         db.keys.cancel(sid, pending)
         raise
     [found] = rows
-    rows = [sealing.Row(*columns) for columns in zip(*found[1:], strict=True)] if found.entry_ids else []
-    keyring = await db.keys.ring(sid, generation, needs=found.entry_ids or (), task=pending)
-    opened = sealing.open_entries(sid, rows, keyring, ordered=True)
-    ranked = sealing.rank(opened, queries, top_k=top_k, max_distance=1.0 - float(min_score))
-    return [[Hit(e.entry_id, e.text, 1.0 - d, e.created_at, e.expires_at) for e, d in hits] for hits in ranked]
+    if not found.entry_ids:  # nothing live: no key needed
+        db.keys.cancel(sid, pending)
+        return [[] for _ in queries]
+    rows = list(zip(*found[1:], strict=True))
+    keyring = await db.keys.ring(sid, generation, needs=found.entry_ids, task=pending)
+    batch = sealing.open_batch(sid, rows, keyring, ordered=True)
+    ranked = sealing.rank(batch, queries, top_k=top_k, max_distance=1.0 - float(min_score))
+    return [
+        [
+            Hit(batch.ids[i], batch.texts[i].decode("utf-8"), 1.0 - d, batch.created_at[i], batch.expires_at[i])
+            for i, d in hits
+        ]
+        for hits in ranked
+    ]
+
+
+@asynccontextmanager
+async def _cancelling(db: Database, sid: uuid.UUID, pending: asyncio.Task) -> AsyncIterator[None]:
+    """Input refused before any statement: keep nothing of the keyring fetch begun for it."""
+    try:
+        yield
+    except GovernedMemoryError:
+        db.keys.cancel(sid, pending)
+        raise
 
 
 async def _record_refusal(db: Database, operation: str, reason: Reason, sid: uuid.UUID, generation: int) -> None:
@@ -141,6 +160,7 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
     if after is not None:
         query = query.where(tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(*after))
     keyring = asyncio.ensure_future(db.keys.store.fetch(sid))  # the subject's own read: never a kept keyring
+    keyring.add_done_callback(sealing.retrieve)
     try:
         rows = await _page(db, sid, query, now, limit)
         opened = {e.entry_id: e for e in sealing.open_entries(sid, rows[:limit], await keyring)}

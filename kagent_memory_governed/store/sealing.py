@@ -21,6 +21,7 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import NamedTuple
 
@@ -73,26 +74,51 @@ class Row(NamedTuple):
     expires_at: datetime
 
 
-def open_entries(scope: uuid.UUID, rows: Sequence, keyring: Keyring, *, ordered: bool = False) -> list[Opened]:
+@dataclass(frozen=True, slots=True)
+class Batch:
+    """The entries a keyring opened, in entry-id order: ids, texts (UTF-8, decoded on demand), embeddings as the
+    rows of one single-precision matrix, and times."""
+
+    ids: list[uuid.UUID]
+    texts: list[bytes]
+    matrix: numpy.ndarray
+    created_at: list[datetime]
+    expires_at: list[datetime]
+
+    def entry(self, i: int) -> Opened:
+        return Opened(
+            self.ids[i], self.texts[i].decode("utf-8"), self.matrix[i], self.created_at[i], self.expires_at[i]
+        )
+
+
+def open_batch(scope: uuid.UUID, rows: Sequence, keyring: Keyring, *, ordered: bool = False) -> Batch:
     """The rows (``entry_id``, ``sealed``, ``created_at``, ``expires_at``) that ``keyring`` opens, in entry-id
     order (``ordered``: they come in it). A row without its key (its erasure or expiry is under way, or the key
     store lost it) or whose ciphertext does not authenticate is left out: never shown, never guessed."""
-    opened = []
-    matrix = numpy.empty((len(rows), EMBEDDING_DIMENSIONS), dtype="<f4")
-    for row in rows if ordered else sorted(rows, key=_by_id):
-        key = keyring.get(row.entry_id)
+    prefix = _ENTRY + scope.bytes
+    ids, texts, vectors, created, expires = [], [], [], [], []
+    for entry, sealed, created_at, expires_at in rows if ordered else sorted(rows, key=_by_id):
+        key = keyring.get(entry)
         if key is None:
             continue
-        sealed = memoryview(row.sealed)
         try:
-            body = _cipher(key).decrypt(sealed[:12], sealed[12:], _ENTRY + scope.bytes + row.entry_id.bytes)
+            body = _cipher(key).decrypt(sealed[:12], sealed[12:], prefix + entry.bytes)
         except InvalidTag:
             continue
-        size = int.from_bytes(body[:2], "big")
-        vector = matrix[len(opened)]
-        vector[:] = numpy.frombuffer(body, dtype="<f4", offset=2 + size)
-        opened.append(Opened(row.entry_id, body[2 : 2 + size].decode("utf-8"), vector, row.created_at, row.expires_at))
-    return opened
+        size = 2 + int.from_bytes(body[:2], "big")
+        ids.append(entry)
+        texts.append(body[2:size])
+        vectors.append(body[size:])
+        created.append(created_at)
+        expires.append(expires_at)
+    matrix = numpy.frombuffer(b"".join(vectors), dtype="<f4").reshape(len(ids), EMBEDDING_DIMENSIONS)
+    return Batch(ids, texts, matrix, created, expires)
+
+
+def open_entries(scope: uuid.UUID, rows: Sequence, keyring: Keyring, *, ordered: bool = False) -> list[Opened]:
+    """``open_batch``, entry by entry."""
+    batch = open_batch(scope, rows, keyring, ordered=ordered)
+    return [batch.entry(i) for i in range(len(batch.ids))]
 
 
 def _by_id(row) -> uuid.UUID:
@@ -112,17 +138,14 @@ def _cipher(key: EntryKey) -> AESGCM:
 
 
 def rank(
-    opened: Sequence[Opened], queries: Sequence[numpy.ndarray], *, top_k: int, max_distance: float
-) -> list[list[tuple[Opened, float]]]:
-    """For each query, the ``top_k`` entries nearest by cosine distance (``1 - cos``, as pgvector's ``<=>``) within
-    ``max_distance``, nearest first, ties by entry id (``opened`` comes in entry-id order; the sort is stable)."""
-    if not opened:
+    batch: Batch, queries: Sequence[numpy.ndarray], *, top_k: int, max_distance: float
+) -> list[list[tuple[int, float]]]:
+    """For each query, the ``top_k`` entries of ``batch`` (by index) nearest by cosine distance (``1 - cos``, as
+    pgvector's ``<=>``) within ``max_distance``, nearest first, ties by entry id (the batch is in entry-id order
+    and the sort is stable)."""
+    if not batch.ids:
         return [[] for _ in queries]
-    base = opened[0].embedding.base  # the rows ``open_entries`` filled, in order: no copy when they are its rows
-    if base is not None and base.shape[0] >= len(opened) and all(e.embedding.base is base for e in opened):
-        matrix = base[: len(opened)].astype(numpy.float64)
-    else:
-        matrix = numpy.stack([entry.embedding for entry in opened]).astype(numpy.float64)
+    matrix = batch.matrix.astype(numpy.float64)
     asked = numpy.stack(queries).astype(numpy.float64)
     # einsum, not BLAS: for at most 8 x 100 products a threaded BLAS costs more in waking threads than it saves
     dots = numpy.einsum("qd,nd->qn", asked, matrix)
@@ -133,7 +156,7 @@ def rank(
     found = []
     for row in distances:
         order = numpy.argsort(row, kind="stable")[:top_k]
-        found.append([(opened[i], float(row[i])) for i in order if row[i] <= max_distance])
+        found.append([(int(i), float(row[i])) for i in order if row[i] <= max_distance])
     return found
 
 
@@ -160,7 +183,7 @@ class Keyrings:
                 self._kept.move_to_end(scope)
                 return task
         task = loop.create_task(self.store.fetch(scope))
-        task.add_done_callback(_retrieve)
+        task.add_done_callback(retrieve)
         self._kept[scope] = (generation, time.monotonic(), task, {})
         while len(self._kept) > self._size:
             self._kept.popitem(last=False)
@@ -196,6 +219,7 @@ class Keyrings:
         return kept[3] if kept is not None and kept[2] is task else {}
 
 
-def _retrieve(task: asyncio.Task) -> None:
+def retrieve(task: asyncio.Future) -> None:
+    """A done callback: a failed fetch is raised where it is awaited, never logged as never retrieved."""
     if not task.cancelled():
-        task.exception()  # retrieved: a failed fetch is raised where it is awaited, never logged as unretrieved
+        task.exception()
