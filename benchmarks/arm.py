@@ -5,8 +5,8 @@
 Run by ``storage.py`` with ``PYTHONPATH`` naming the tree whose ``kagent_memory_governed`` it measures (an earlier
 revision, checked out by ``git archive``, or this one), so every arm runs the same code here against its own
 store. It loads ``N`` scopes of ``E`` entries and ``S`` scopes of ``E - 1`` through the public API (grant, write),
-then answers one JSON line per command line: ``{"op": "search" | "prefetch" | "save", "runs": k}`` -> the seconds
-of each run and, for reads, recall@5 against exact top-5 computed here with numpy.
+then answers one JSON line per command line, ``{"op": "search" | "load" | "prefetch" | "save", "runs": k}``, with
+the seconds of each run and, for reads, recall@5 against exact top-5 computed here with numpy.
 """
 
 from __future__ import annotations
@@ -84,6 +84,8 @@ async def main() -> None:
             scope = scopes[int(rng.integers(len(scopes)))]
             asked = [query(scope) for _ in range(SUBQUERIES if command["op"] == "prefetch" else 1)]
             started = time.perf_counter()
+            if command["op"] == "load":  # the runtime's load_memory: admitted first, then searched
+                await store.admit(scope[0], scope[1], Operation.LOAD, units=1)
             found = await store.search_many(
                 scope[0], scope[1], [a.tolist() for a, _ in asked], top_k=TOP_K, min_score=-1.0
             )

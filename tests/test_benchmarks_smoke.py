@@ -83,5 +83,5 @@ async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_on
     for name, arm in side["arms"].items():
         assert arm["search"]["recall_at_5"] == 1.0 and arm["prefetch"]["recall_at_5"] == 1.0, name
         assert arm["save"]["runs"] == 4
-    assert {"search", "save", "prefetch"} == side["arms"]["after"]["ratio"].keys()
+    assert {"search", "save", "prefetch", "load"} == side["arms"]["after"]["ratio"].keys()
     assert any("side by side" in line for line in storage.side_lines(side))
