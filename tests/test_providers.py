@@ -4,6 +4,7 @@ surfaces a provider error."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import typing
 
@@ -152,6 +153,10 @@ async def test_a_provider_error_reaches_kagent_as_the_adapter_surfaces_it(
     assert len(provider.of("chat")) == 1  # no client retried
 
 
+# kagent-adk with this repository's upstream series applied answers provider failures without their text
+PROVIDER_TEXT_WITHHELD = importlib.util.find_spec("kagent.adk.models._errors") is not None
+
+
 @adapters
 async def test_a_provider_error_in_the_middle_of_a_stream_reaches_kagent_as_the_adapter_surfaces_it(
     adapter: Adapter, provider: Provider, monkeypatch: pytest.MonkeyPatch
@@ -165,7 +170,11 @@ async def test_a_provider_error_in_the_middle_of_a_stream_reaches_kagent_as_the_
     else:
         responses = await generate(model, conversation(adapter), stream=True)
         assert responses[-1].error_code == "API_ERROR"
-        assert "loopback provider overloaded mid-stream" in responses[-1].error_message
+        if PROVIDER_TEXT_WITHHELD:  # the series' patch 0004: the status and the provider's code, not its text
+            assert responses[-1].error_message.startswith("Model provider request failed")
+            assert "loopback provider overloaded mid-stream" not in responses[-1].error_message
+        else:
+            assert "loopback provider overloaded mid-stream" in responses[-1].error_message
     assert len(provider.of("chat")) == 1
 
 

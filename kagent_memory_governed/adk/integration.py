@@ -25,12 +25,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 from google.adk.plugins import BasePlugin
 from google.adk.runners import Runner
-from google.adk.tools import BaseTool, ToolContext
+from google.adk.tools.base_tool import BaseTool
+from google.adk.tools.tool_context import ToolContext
 
 from kagent_memory_governed import control, health, redaction
 from kagent_memory_governed.adk import tools
@@ -104,7 +106,7 @@ def configure_app(app: Any, runtime: Runtime) -> None:
     upstream_lifespan = app.router.lifespan_context
 
     @asynccontextmanager
-    async def lifespan(app: Any):
+    async def lifespan(app: Any) -> AsyncIterator[Any]:
         try:
             await runtime.store.check_ready()
         except GovernedMemoryError as refused:  # one content-free line and EX_CONFIG, never a traceback
@@ -125,7 +127,8 @@ def patched() -> bool:
     from kagent.adk.types import AgentConfig
 
     return (
-        a2a.KagentMemoryService is not KagentMemoryService and AgentConfig._configure_memory is tools.configure_memory
+        getattr(a2a, "KagentMemoryService") is not KagentMemoryService  # noqa: B009  (a name runtime patching replaces)
+        and getattr(AgentConfig, "_configure_memory") is tools.configure_memory  # noqa: B009
     )
 
 
@@ -150,11 +153,15 @@ def patch_kagent(runtime: Runtime) -> None:
         configure_app(app, runtime)
         return app
 
-    a2a.KagentMemoryService = memory_service_factory
-    a2a.Runner = governed_runner(service)
-    a2a.KAgentRequestContextBuilder = context_builder(runtime.trust)
-    a2a.KAgentApp.build = build
-    AgentConfig._configure_memory = tools.configure_memory
-    memory_tools.SaveMemoryTool = tools.GovernedSaveMemoryTool
-    memory_tools.LoadMemoryTool = tools.GovernedLoadMemoryTool
-    prefetch_tool.PrefetchMemoryTool = tools.GovernedPrefetchMemoryTool
+    replacements: list[tuple[object, str, object]] = [
+        (a2a, "KagentMemoryService", memory_service_factory),
+        (a2a, "Runner", governed_runner(service)),
+        (a2a, "KAgentRequestContextBuilder", context_builder(runtime.trust)),
+        (a2a.KAgentApp, "build", build),
+        (AgentConfig, "_configure_memory", tools.configure_memory),
+        (memory_tools, "SaveMemoryTool", tools.GovernedSaveMemoryTool),
+        (memory_tools, "LoadMemoryTool", tools.GovernedLoadMemoryTool),
+        (prefetch_tool, "PrefetchMemoryTool", tools.GovernedPrefetchMemoryTool),
+    ]
+    for owner, name, replacement in replacements:  # by name: what upstream.RUNTIME_PATCH_TARGETS lists
+        setattr(owner, name, replacement)

@@ -9,6 +9,7 @@ constructed; activation never falls back to upstream memory.
 
 from __future__ import annotations
 
+import importlib
 import os
 from dataclasses import dataclass
 from enum import StrEnum
@@ -47,9 +48,9 @@ class Runtime:
     def in_charge(self) -> bool:
         """Whether kagent-adk, as loaded in this process, builds memory from governed pieces only."""
         if self.mode is Mode.ENTRY_POINT:
-            from kagent.adk.extensions import load_extension
+            extensions = importlib.import_module("kagent.adk.extensions")  # only with upstream patch 0001
 
-            return load_extension() is extension
+            return bool(extensions.load_extension() is extension)
         return integration.patched()
 
 

@@ -160,8 +160,7 @@ PORT_NAMES: tuple[UpstreamName, ...] = (  # each name once, under the strongest 
     *_names(
         Use.IMPORTED, "adk/integration.py", "kagent.adk.tools.memory_tools", "kagent.adk.tools.prefetch_memory_tool"
     ),
-    *_names(Use.IMPORTED, "adk/integration.py", "kagent.adk.types.AgentConfig", "google.adk.tools.BaseTool"),
-    *_names(Use.IMPORTED, "adk/integration.py, adk/tools.py", "google.adk.tools.ToolContext"),
+    *_names(Use.IMPORTED, "adk/integration.py", "kagent.adk.types.AgentConfig", "google.adk.tools.base_tool.BaseTool"),
     *_names(Use.IMPORTED, "adk/conversation.py", "kagent.adk.tools.prefetch_memory_tool._split_sentences"),
     *_names(Use.IMPORTED, "adk/service.py", "kagent.adk.models.KAgentEmbedding"),
     *_names(Use.IMPORTED, "adk/service.py", "kagent.adk.types.EmbeddingConfig", "kagent.adk.types.MemoryConfig"),
@@ -172,7 +171,8 @@ PORT_NAMES: tuple[UpstreamName, ...] = (  # each name once, under the strongest 
         "google.adk.memory.memory_entry.MemoryEntry",
         "google.adk.sessions.Session",
     ),
-    *_names(Use.IMPORTED, "adk/tools.py", "google.adk.agents.LlmAgent", "google.adk.tools.tool_context.ToolContext"),
+    *_names(Use.IMPORTED, "adk/tools.py", "google.adk.agents.LlmAgent"),
+    *_names(Use.IMPORTED, "adk/integration.py, adk/tools.py", "google.adk.tools.tool_context.ToolContext"),
     *_names(
         Use.IMPORTED,
         "adk/tools.py",
