@@ -11,13 +11,16 @@ Guarantees, each enforced inside the transaction that does the work:
   interrupted erasure is completed by ``sweep`` and by the scope's next operation, never assumed;
 - cost admission (rate, burst, hourly units) is decided under the same scope lock, before model work,
   in state every replica shares; destructive control tokens are accepted once per ``jti``;
-- every operation leaves a content-free ledger row.
+- every operation leaves a content-free ledger row;
+- entries are stored only sealed, each under a key of its own held in a key store outside the database
+  (``kagent_memory_governed.keys``); every erasure destroys the keys it covers, and verifies them gone, before
+  it deletes, so no copy of the database can be read back once it is verified (R42).
 Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its only text.
 
 The hot path (admit, write, search, the conversation turns) is one statement each, in one round trip: a
 database function of migration 0007 that fences, does the work and records it in its own transaction.
-An erasure is two: the fence's statement, then one call of a procedure that deletes, commits, verifies in a
-fresh transaction and settles.
+An erasure is two: the fence's statement, then (after the key store has destroyed the erased keys) one call
+of a procedure that deletes, commits, verifies in a fresh transaction and settles.
 
 ``Store`` is the facade; behind it, one module a concern:
 
@@ -28,8 +31,10 @@ fresh transaction and settles.
     consent        grant, status
     admission      cost admission, single-use control tokens
     data           write, search, inspect
+    sealing        entries sealed and opened, ranking in the process, keyrings kept per consent generation
     turns          conversation turns for auto-save
-    erasure        forget, forget_all, off, offboard: fence, delete, verify, settle; completing interrupted ones
+    erasure        forget, forget_all, off, offboard: fence, destroy keys, delete, verify, settle; completing
+                   interrupted ones
     maintenance    sweep
 """
 
