@@ -126,6 +126,7 @@ class LocalKeyStore:
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
+        self._kept_keks: tuple[tuple[int, int, int], int, dict[int, bytes]] | None = None
 
     # the files
 
@@ -169,8 +170,13 @@ class LocalKeyStore:
         path = self.root / "kek"
         if not path.exists():
             self._write(path, json.dumps({"current": 1, "keys": {"1": _b64(AESGCM.generate_key(256))}}).encode())
-        recorded = json.loads(path.read_bytes())
-        return int(recorded["current"]), {int(v): _unb64(k) for v, k in recorded["keys"].items()}
+        stamp = path.stat()
+        seen = (stamp.st_ino, stamp.st_mtime_ns, stamp.st_size)
+        if self._kept_keks is None or self._kept_keks[0] != seen:  # replaced by rename on every change
+            recorded = json.loads(path.read_bytes())
+            keks = {int(v): _unb64(k) for v, k in recorded["keys"].items()}
+            self._kept_keks = (seen, int(recorded["current"]), keks)
+        return self._kept_keks[1], self._kept_keks[2]
 
     def _read(self, scope: uuid.UUID, keks: dict[int, bytes]) -> Keyring:
         try:
@@ -204,7 +210,12 @@ class LocalKeyStore:
     # the protocol
 
     async def fetch(self, scope: uuid.UUID) -> Keyring:
-        def read() -> Keyring:
+        # on the event loop: a few kilobytes from the page cache cost less than a worker thread contending for
+        # the interpreter with the loop; files are replaced by rename, so a read needs no lock
+        return self._fetch(scope)
+
+    def _fetch(self, scope: uuid.UUID) -> Keyring:
+        try:
             if not os.path.lexists(self.root):  # never used: no keys
                 return {}
             if not self.root.is_dir():
@@ -212,8 +223,8 @@ class LocalKeyStore:
             if not (self.root / "kek").is_file():
                 return {}
             return self._read(scope, self._keks()[1])
-
-        return await _off_loop(read)
+        except OSError:
+            raise _unavailable("io_error") from None
 
     async def store(self, scope: uuid.UUID, keys: Mapping[uuid.UUID, EntryKey]) -> None:
         await _off_loop(partial(self._change, scope, lambda keyring: keyring | dict(keys), lasting=False))

@@ -10,11 +10,14 @@ import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 from sqlalchemy.ext.asyncio import create_async_engine
+from support import make_key
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.schema import SCHEMA, metadata
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import embed
 
 _databases = itertools.count()
 
@@ -92,3 +95,42 @@ async def test_the_database_refuses_orphan_entries_and_wrong_dimensions(sql: asy
         await sql.execute(insert, str([1.0] * 768))
     with pytest.raises(asyncpg.DataError, match="768"):
         await sql.execute(insert, str([1.0] * 767))
+
+
+async def test_migrate_seals_entries_an_earlier_version_stored_in_plain_text(fresh_database: str, tmp_path):
+    """0011 keeps plain-text rows until ``migrate`` seals them (a key each in the key store); a server refuses to
+    serve while one is left. Their earlier copies in WAL and backups are the operator's to age out (docs)."""
+    keys = LocalKeyStore(tmp_path / "keys")
+    store = Store.connect(fresh_database, Policy(), keys=keys)
+    sql = await asyncpg.connect(fresh_database.replace("postgresql+asyncpg://", "postgresql://"))
+    try:
+        assert await store.migrate("0010") == "0010"
+        key = make_key("legacy")
+        await store.grant(key, purpose="assist", policy_version="v1")
+        vector = embed("likes green tea")
+        await sql.execute(
+            "INSERT INTO governed_memory.entries (scope_id, entry_id, text, embedding, generation, created_at,"
+            " expires_at) VALUES ($1, gen_random_uuid(), 'likes green tea', $2, 1, now(), now() + interval '1 day')",
+            key.scope_id,
+            str(vector),
+        )
+        assert await store.migrate() == "0011"
+        row = await sql.fetchrow("SELECT text, embedding, sealed FROM governed_memory.entries")
+        assert (row["text"], row["embedding"]) == (None, None) and len(row["sealed"]) > 3000
+        await store.check_ready()
+        [hit] = await store.search(key, 1, vector, top_k=1)
+        assert hit.text == "likes green tea"
+        await sql.execute(  # as a migrate interrupted after 0011 and before sealing leaves one
+            "INSERT INTO governed_memory.entries (scope_id, entry_id, text, embedding, generation, created_at,"
+            " expires_at) VALUES ($1, gen_random_uuid(), 'left plain', $2, 1, now(), now() + interval '1 day')",
+            key.scope_id,
+            str(vector),
+        )
+        with pytest.raises(GovernedMemoryError) as refused:
+            await store.check_ready()
+        assert (refused.value.reason, refused.value.cause) == (Reason.SCHEMA_OUTDATED, "plain_entries")
+        await store.migrate()
+        await store.check_ready()
+    finally:
+        await sql.close()
+        await store.close()
