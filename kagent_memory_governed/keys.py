@@ -29,11 +29,11 @@ import os
 import secrets
 import ssl
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Collection, Iterator, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Any, ParamSpec, Protocol, TypeVar
 from urllib.parse import quote, urlsplit
 
 import h11
@@ -45,6 +45,8 @@ from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryErro
 if TYPE_CHECKING:
     from kagent_memory_governed.settings import Settings
 
+P = ParamSpec("P")
+T = TypeVar("T")
 KEY_BYTES = 32  # AES-256-GCM
 TOKEN_BYTES = 16
 _SLOT = 16 + 8 + KEY_BYTES + TOKEN_BYTES  # entry id, generation, key, token
@@ -134,7 +136,7 @@ class LocalKeyStore:
         return self.root / "scopes" / str(scope)
 
     @contextlib.contextmanager
-    def _locked(self):
+    def _locked(self) -> Iterator[None]:
         self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
         (self.root / "scopes").mkdir(exist_ok=True, mode=0o700)
         with open(self.root / "lock", "a+b") as handle:
@@ -199,7 +201,7 @@ class LocalKeyStore:
         sealed = AESGCM(kek).encrypt(nonce, plain, scope.bytes)
         self._write(self._path(scope), b"KMGK1" + version.to_bytes(4, "big") + nonce + sealed, lasting=lasting)
 
-    def _change(self, scope: uuid.UUID, change, *, lasting: bool = True) -> None:
+    def _change(self, scope: uuid.UUID, change: Callable[[Keyring], Keyring], *, lasting: bool = True) -> None:
         with self._locked():
             current, keks = self._keks()
             keyring = self._read(scope, keks)
@@ -354,7 +356,7 @@ class OpenBaoKeyStore:
 
     async def _call(
         self, method: str, path: str, body: object | None = None, *, merge: bool = False
-    ) -> tuple[int, dict]:
+    ) -> tuple[int, dict[str, Any]]:
         content_type = "application/merge-patch+json" if merge else "application/json"
         payload = None if body is None else json.dumps(body).encode()
         for attempt in (1, 2, 3):
@@ -581,10 +583,10 @@ def _unb64(text: str) -> bytes:
     return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
 
 
-async def _off_loop(function, *args):
+async def _off_loop(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
     """Blocking I/O (files, the HTTP client) in a worker thread; an ``OSError`` is ``key_unavailable``."""
     try:
-        return await asyncio.to_thread(function, *args)
+        return await asyncio.to_thread(function, *args, **kwargs)
     except GovernedMemoryError:
         raise
     except (OSError, ValueError, KeyError) as error:

@@ -89,9 +89,9 @@ def parse(text: str) -> DatabaseUrl:
             raise _refuse(f"{name} given more than once")
     if "ssl" in query and "sslmode" in query:
         raise _refuse("ssl and sslmode contradict each other: give sslmode only")
-    tls = {name: query[name] for name in TLS_PARAMETERS if name in query}
+    tls = {name: str(query[name]) for name in TLS_PARAMETERS if name in query}  # each given once, checked above
     if "ssl" in query:
-        tls["sslmode"] = query["ssl"]
+        tls["sslmode"] = str(query["ssl"])
     _check(tls)
     return DatabaseUrl(url.difference_update_query(["ssl", *TLS_PARAMETERS]), tls)
 

@@ -66,6 +66,8 @@ async def grant(
             )
             .returning(scopes.c.generation)
         )
+        if generation is None:  # the row was inserted above, in this transaction
+            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE)
         await record(conn, Operation.GRANT, Result.OK, scope_id=sid, generation=generation, at=now)
     return Grant(generation, db.policy.max_expiry_seconds, db.policy.entry_cap)
 

@@ -12,13 +12,15 @@ import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy
-from sqlalchemy import select, tuple_
+from sqlalchemy import Row, Select, literal, select, tuple_
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import admit_generation, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.keys import Keyring
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import entries, live
 from kagent_memory_governed.scope import ScopeKey
@@ -115,9 +117,9 @@ async def search(
     if not found.entry_ids:  # nothing live: no key needed
         db.keys.cancel(sid, pending)
         return [[] for _ in queries]
-    rows = list(zip(*found[1:], strict=True))
+    sealed_rows: list[sealing.SealedRow] = list(zip(*found[1:], strict=True))
     keyring = await db.keys.ring(sid, generation, needs=found.entry_ids, task=pending)
-    batch = sealing.open_batch(sid, rows, keyring, ordered=True)
+    batch = sealing.open_batch(sid, sealed_rows, keyring, ordered=True)
     ranked = sealing.rank(batch, queries, top_k=top_k, max_distance=1.0 - float(min_score))
     return [
         [
@@ -129,7 +131,7 @@ async def search(
 
 
 @asynccontextmanager
-async def _cancelling(db: Database, sid: uuid.UUID, pending: asyncio.Task) -> AsyncIterator[None]:
+async def _cancelling(db: Database, sid: uuid.UUID, pending: asyncio.Task[Keyring]) -> AsyncIterator[None]:
     """Input refused before any statement: keep nothing of the keyring fetch begun for it."""
     try:
         yield
@@ -158,12 +160,15 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
         .limit(limit + 1)
     )
     if after is not None:
-        query = query.where(tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(*after))
+        query = query.where(
+            tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(literal(after[0]), literal(after[1]))
+        )
     keyring = asyncio.ensure_future(db.keys.store.fetch(sid))  # the subject's own read: never a kept keyring
     keyring.add_done_callback(sealing.retrieve)
     try:
         rows = await _page(db, sid, query, now, limit)
-        opened = {e.entry_id: e for e in sealing.open_entries(sid, rows[:limit], await keyring)}
+        sealed_rows = [sealing.Row(r.entry_id, r.sealed, r.created_at, r.expires_at) for r in rows[:limit]]
+        opened = {e.entry_id: e for e in sealing.open_entries(sid, sealed_rows, await keyring)}
     finally:
         keyring.cancel()
     page = [
@@ -176,7 +181,7 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
     return Page(page, _encode_cursor(key, last.created_at, last.entry_id) if last is not None else None)
 
 
-async def _page(db: Database, sid: uuid.UUID, query, now: datetime, limit: int) -> list:
+async def _page(db: Database, sid: uuid.UUID, query: Select[Any], now: datetime, limit: int) -> Sequence[Row[Any]]:
     async with db.transaction(durable=False) as conn:
         await admit_read(conn, sid, now, db.policy.control_reads_per_hour)
         # entries an unfinished erasure is removing are never shown: only the state (``status``) is

@@ -16,7 +16,7 @@ from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import NoReturn
+from typing import Any, NoReturn
 
 import asyncpg
 from pgvector.asyncpg import register_vector
@@ -84,7 +84,7 @@ def prepare_connections(engine: AsyncEngine) -> None:
     it instead of failing the next operation: no pre-ping. Each connection learns pgvector's binary codec
     once, after the first migration has created the extension, in whichever schema it was created."""
 
-    def check(dbapi_connection, record, proxy) -> None:
+    def check(dbapi_connection: Any, record: Any, proxy: Any) -> None:
         if dbapi_connection.driver_connection.is_closed():
             raise DisconnectionError
         if not record.info.get("vector_codec"):
@@ -123,7 +123,7 @@ class Database:
     policy: Policy
     keys: Keyrings
 
-    async def call(self, statement: Executable, parameters: dict[str, object] | None = None) -> list[Row]:
+    async def call(self, statement: Executable, parameters: dict[str, object] | None = None) -> list[Row[Any]]:
         """One statement in a transaction of its own: one round trip. Its rows; failures as in ``transaction``."""
         try:
             async with self.engine.connect() as conn:
@@ -213,7 +213,7 @@ async def admit_read(conn: AsyncConnection, scope_id: uuid.UUID, at: datetime, p
             ledger.c.at > at - timedelta(hours=1),
         )
     )
-    if recent >= per_hour:
+    if (recent or 0) >= per_hour:
         raise GovernedMemoryError(Reason.RATE_LIMITED)
 
 
@@ -232,7 +232,7 @@ async def refuse(
     raise _Refused(reason)
 
 
-def raise_refusal(rows: Sequence[Row]) -> None:
+def raise_refusal(rows: Sequence[Row[Any]]) -> None:
     """A database function's refusal, its ledger row committed with the call, raised as the reason it names.
     Such a function answers a refusal as its only row, in a ``refusal`` column (NULL when admitted)."""
     if rows and rows[0].refusal is not None:

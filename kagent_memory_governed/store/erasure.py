@@ -22,7 +22,7 @@ import uuid
 from collections.abc import Awaitable
 from contextlib import suppress
 from datetime import datetime
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from sqlalchemy import case, exists, func, literal, select, update
 
@@ -128,7 +128,7 @@ async def finishing(db: Database, sid: uuid.UUID, work: Awaitable[T]) -> T:
         raise
 
 
-def _fenced_values(now: datetime, *, resume: bool, entry_id: uuid.UUID | None) -> dict:
+def _fenced_values(now: datetime, *, resume: bool, entry_id: uuid.UUID | None) -> dict[str, Any]:
     """Disable, advance the generation and record the target in one statement. ``resume`` re-enables after
     verification only if the scope was enabled (or was resuming from an unfinished erasure)."""
     interrupted = scopes.c.erasure.in_(_UNFINISHED)
@@ -169,7 +169,7 @@ async def _erase(
             if not recorded:  # nothing to fence or erase
                 await record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
                 return Erased(0, 0)
-            rows = (await conn.execute(fence.returning(scopes.c.generation))).all()  # it changed meanwhile
+            rows = list((await conn.execute(fence.returning(scopes.c.generation))).all())  # it changed meanwhile
             if not rows:  # the entry went meanwhile (swept once expired): nothing of this scope's to fence
                 await refuse(conn, operation, Reason.NOT_FOUND, scope_id=sid, at=now)
     generation = rows[0].generation
@@ -190,7 +190,7 @@ async def _clear(
         [outcome] = await db.call(functions.CLEAR, parameters | {"now": clock.now()})
         if outcome.remaining:  # a settled fence counts none: whoever settled it verified
             raise GovernedMemoryError(Reason.ERASURE_FAILED)
-        return outcome.erased
+        return int(outcome.erased)
     except Exception:  # whatever failed, the scope stays disabled (R9)
         await _mark_failed(db, sid, generation, operation, entry_id)
         raise GovernedMemoryError(Reason.ERASURE_FAILED) from None

@@ -3,13 +3,15 @@ whose every value is a bound parameter, executed with ``Database.call(statement,
 parameter names and types here are the functions' signatures as the store uses them.
 
 Each function's current definition is its source file, ``store/sql/<name>.sql`` (``sources``); migrations
-install frozen copies of them (``migrations/replaceable.py``), and ``tests/test_database_functions.py`` holds a
+install frozen copies of them (``migrations/replaceable.py``), and ``tests/core/test_database_functions.py`` holds a
 migrated database against these sources.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from importlib.resources import files
+from typing import Any
 
 from sqlalchemy import (
     BigInteger,
@@ -36,10 +38,10 @@ def sources() -> dict[str, str]:
     return {path.name.removesuffix(".sql"): path.read_text("utf-8") for path in sorted(found, key=lambda p: p.name)}
 
 
-_SCOPE = {"scope": UUID(), "generation": BigInteger(), "now": DateTime(timezone=True)}
+_SCOPE: dict[str, TypeEngine[Any]] = {"scope": UUID(), "generation": BigInteger(), "now": DateTime(timezone=True)}
 
 
-def _call(name: str, parameters: dict[str, TypeEngine], columns: tuple[str, ...]) -> Select:
+def _call(name: str, parameters: Mapping[str, TypeEngine[Any]], columns: tuple[str, ...]) -> Select[Any]:
     """``SELECT <columns> FROM governed_memory.<name>(:parameters...)``; a scalar function has one column."""
     call = getattr(func.governed_memory, name)(*(bindparam(key, type_=kind) for key, kind in parameters.items()))
     if len(columns) == 1:

@@ -3,16 +3,20 @@ and the content-free counts the health gauges report."""
 
 from __future__ import annotations
 
+import uuid
 from importlib.resources import files
 
 import numpy
 from alembic.migration import MigrationContext
-from sqlalchemy import column, exists, func, select, table, text, update
+from alembic.script import ScriptDirectory
+from sqlalchemy import Text, column, exists, func, select, table, text, update
+from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.keys import EntryKey
 from kagent_memory_governed.schema import SCHEMA, entries, scopes
 from kagent_memory_governed.store.database import Database
 
@@ -21,8 +25,7 @@ MIN_PGVECTOR = (0, 7, 0)
 _MIGRATION_LOCK = 0x6B6D6700  # advisory lock id: concurrent `migrate` runs serialize
 
 
-def _scripts():
-    from alembic.script import ScriptDirectory
+def _scripts() -> ScriptDirectory:
 
     return ScriptDirectory(str(files("kagent_memory_governed") / "migrations"))
 
@@ -39,7 +42,7 @@ async def migrate(db: Database, to: str = "head") -> str:
     target = _target(scripts, to)
     await _create_extension(db)
 
-    def move(sync_conn) -> None:  # alembic is synchronous; it runs on this connection
+    def move(sync_conn: Connection) -> None:  # alembic is synchronous; it runs on this connection
         current = MigrationContext.configure(sync_conn, opts={"version_table_schema": SCHEMA}).get_current_revision()
         known = {script.revision for script in scripts.walk_revisions()}
         if current is not None and current not in known:
@@ -59,12 +62,15 @@ async def migrate(db: Database, to: str = "head") -> str:
             await conn.execute(text("ALTER EXTENSION vector UPDATE"))
         await conn.execute(CreateSchema(SCHEMA, if_not_exists=True))
         await conn.run_sync(move)
-    if await revision(db) not in _before_sealing(scripts):
+    migrated = await revision(db)
+    if migrated not in _before_sealing(scripts):
         await seal_plain_entries(db)
-    return await revision(db)
+    if migrated is None:  # alembic records every revision it reaches
+        raise GovernedMemoryError(Reason.SCHEMA_MISSING)
+    return migrated
 
 
-def _before_sealing(scripts) -> set[str | None]:
+def _before_sealing(scripts: ScriptDirectory) -> set[str | None]:
     """Revisions whose entries have no ``sealed`` column: nothing to seal there."""
     return {None} | _ancestors(scripts, _SEALING)
 
@@ -92,7 +98,7 @@ async def seal_plain_entries(db: Database, *, batch: int = 500) -> int:
                     .with_for_update(skip_locked=True)
                 )
             ).all()
-            by_scope: dict = {}
+            by_scope: dict[uuid.UUID, dict[uuid.UUID, tuple[EntryKey, bytes]]] = {}
             for row in rows:
                 key = sealing.new_key(row.text, row.scope_id, row.generation)
                 sealed = sealing.seal(key, row.scope_id, row.entry_id, row.text, numpy.asarray(row.embedding))
@@ -111,10 +117,10 @@ async def seal_plain_entries(db: Database, *, batch: int = 500) -> int:
             return total
 
 
-def _target(scripts, to: str) -> str:
+def _target(scripts: ScriptDirectory, to: str) -> str:
     """The revision ``to`` names: ``head`` or one of this package's revision ids, nothing relative."""
     if to == "head":
-        return scripts.get_current_head()
+        return _head(scripts)
     if to == "base":
         raise GovernedMemoryError(Reason.BAD_INPUT, cause="no downgrade to base: drop schema governed_memory instead")
     if to not in {script.revision for script in scripts.walk_revisions()}:
@@ -122,8 +128,15 @@ def _target(scripts, to: str) -> str:
     return to
 
 
-def _ancestors(scripts, revision: str) -> set[str]:
+def _ancestors(scripts: ScriptDirectory, revision: str) -> set[str]:
     return {script.revision for script in scripts.iterate_revisions(revision, "base")} - {revision}
+
+
+def _head(scripts: ScriptDirectory) -> str:
+    head = scripts.get_current_head()
+    if head is None:  # this package always has migrations
+        raise RuntimeError("no migrations")
+    return head
 
 
 async def _create_extension(db: Database) -> None:
@@ -142,7 +155,7 @@ async def _create_extension(db: Database) -> None:
 
 
 def head_revision() -> str:
-    return _scripts().get_current_head()
+    return _head(_scripts())
 
 
 async def _read_revision(conn: AsyncConnection) -> str | None:
@@ -153,7 +166,8 @@ async def _read_revision(conn: AsyncConnection) -> str | None:
     )
     if not await conn.scalar(recorded.bindparams(schema=SCHEMA)):
         return None
-    return await conn.scalar(select(column("version_num")).select_from(table("alembic_version", schema=SCHEMA)))
+    found = await conn.scalar(select(column("version_num", Text)).select_from(table("alembic_version", schema=SCHEMA)))
+    return None if found is None else str(found)
 
 
 async def revision(db: Database) -> str | None:

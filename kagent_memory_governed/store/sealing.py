@@ -20,10 +20,10 @@ import os
 import time
 import uuid
 from collections import OrderedDict
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy
 from cryptography.exceptions import InvalidTag
@@ -65,6 +65,9 @@ class Opened(NamedTuple):
     expires_at: datetime
 
 
+SealedRow = tuple[uuid.UUID, bytes, datetime, datetime]  # entry id, sealed, created, expires: ``Row`` or a tuple
+
+
 class Row(NamedTuple):
     """A sealed entry as the database returns it."""
 
@@ -91,7 +94,7 @@ class Batch:
         )
 
 
-def open_batch(scope: uuid.UUID, rows: Sequence, keyring: Keyring, *, ordered: bool = False) -> Batch:
+def open_batch(scope: uuid.UUID, rows: Iterable[SealedRow], keyring: Keyring, *, ordered: bool = False) -> Batch:
     """The rows (``entry_id``, ``sealed``, ``created_at``, ``expires_at``) that ``keyring`` opens, in entry-id
     order (``ordered``: they come in it). A row without its key (its erasure or expiry is under way, or the key
     store lost it) or whose ciphertext does not authenticate is left out: never shown, never guessed."""
@@ -115,14 +118,16 @@ def open_batch(scope: uuid.UUID, rows: Sequence, keyring: Keyring, *, ordered: b
     return Batch(ids, texts, matrix, created, expires)
 
 
-def open_entries(scope: uuid.UUID, rows: Sequence, keyring: Keyring, *, ordered: bool = False) -> list[Opened]:
+def open_entries(
+    scope: uuid.UUID, rows: Iterable[SealedRow], keyring: Keyring, *, ordered: bool = False
+) -> list[Opened]:
     """``open_batch``, entry by entry."""
     batch = open_batch(scope, rows, keyring, ordered=ordered)
     return [batch.entry(i) for i in range(len(batch.ids))]
 
 
-def _by_id(row) -> uuid.UUID:
-    return row.entry_id
+def _by_id(row: SealedRow) -> uuid.UUID:
+    return row[0]
 
 
 _CIPHERS: OrderedDict[bytes, AESGCM] = OrderedDict()  # an entry key's cipher, built once: at most 16,384 kept
@@ -169,7 +174,7 @@ class Keyrings:
         self.store = store
         self._ttl = ttl
         self._size = size
-        self._kept: OrderedDict[uuid.UUID, tuple[int, float, asyncio.Task[Keyring], dict]] = OrderedDict()
+        self._kept: OrderedDict[uuid.UUID, tuple[int, float, asyncio.Task[Keyring], Keyring]] = OrderedDict()
 
     def start(self, scope: uuid.UUID, generation: int) -> asyncio.Task[Keyring]:
         """Begin fetching the scope's keyring for ``generation``, or join the fetch kept for it."""
@@ -195,11 +200,19 @@ class Keyrings:
         if kept is not None and kept[2] is task:
             del self._kept[scope]
 
-    async def ring(self, scope: uuid.UUID, generation: int, *, needs: Collection[uuid.UUID] = (), task=None) -> Keyring:
+    async def ring(
+        self,
+        scope: uuid.UUID,
+        generation: int,
+        *,
+        needs: Collection[uuid.UUID] = (),
+        task: asyncio.Task[Keyring] | None = None,
+    ) -> Keyring:
         """The scope's keyring for a read or write fenced at ``generation``; fetched again, once, if it lacks a key
         of ``needs``."""
         task = task or self.start(scope, generation)
-        keyring = await asyncio.shield(task) | self._extra(scope, task)  # shared: a caller's cancellation stays its own
+        kept: Keyring = await asyncio.shield(task)  # shared: a caller's cancellation stays its own
+        keyring = kept | self._extra(scope, task)
         if any(entry not in keyring for entry in needs):
             self.drop(scope)
             keyring = await self.start(scope, generation)
@@ -214,12 +227,12 @@ class Keyrings:
     def drop(self, scope: uuid.UUID) -> None:
         self._kept.pop(scope, None)
 
-    def _extra(self, scope: uuid.UUID, task: asyncio.Task[Keyring]) -> dict:
+    def _extra(self, scope: uuid.UUID, task: asyncio.Task[Keyring]) -> Keyring:
         kept = self._kept.get(scope)
         return kept[3] if kept is not None and kept[2] is task else {}
 
 
-def retrieve(task: asyncio.Future) -> None:
+def retrieve(task: asyncio.Future[Any]) -> None:
     """A done callback: a failed fetch is raised where it is awaited, never logged as never retrieved."""
     if not task.cancelled():
         task.exception()
