@@ -25,7 +25,17 @@ from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal
 from kagent_memory_governed.store import NewFact
 from kagent_memory_governed.testing import CARD, CONFIG, HOMESERVER, ISSUER, Bridge, embed
 
+ROOT = Path(__file__).resolve().parent.parent  # the repository
 _serial = itertools.count()
+
+
+COMMAND = str(Path(sys.executable).parent / "kagent-memory-governed")
+
+
+def run_command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """``kagent-memory-governed ARGS`` in a process of its own: only ``env`` of this package's settings reach it."""
+    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
+    return subprocess.run([COMMAND, *args], env={**clean, **env}, capture_output=True, text=True, timeout=300)
 
 
 def private_directory(prefix: str) -> Path:
@@ -128,7 +138,7 @@ def benchmark(name: str) -> ModuleType:
     """``benchmarks/<name>.py`` as a module, loaded once (dataclasses resolve annotations through sys.modules)."""
     module_name = f"benchmarks_{name}"
     if module_name not in sys.modules:
-        path = Path(__file__).resolve().parent.parent / "benchmarks" / f"{name}.py"
+        path = ROOT / "benchmarks" / f"{name}.py"
         spec = importlib.util.spec_from_file_location(module_name, path)
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module

@@ -10,7 +10,7 @@ Differences between 0.9.11 and 0.10.4 and where they are handled:
   accepts both, and the governed ``save_memory`` never calls upstream's ``run_async``.
 - ``KagentMemoryService.add_memory`` caught and logged errors on 0.9.11; on 0.10.4 it raises, and upstream's
   ``SaveMemoryTool`` answers ``f"Error saving memory: {e}"`` to the model. The governed tool answers
-  reason codes only, on both (``tests/test_upstream_versions.py``).
+  reason codes only, on both (``tests/runtime/test_upstream_versions.py``).
 - ``KAgentApp.build`` on 0.10.4 may build a ``DatabaseSessionService`` (``session_db_url``) and adds
   share-link tools; the names runtime patching replaces (``RUNTIME_PATCH_TARGETS``) exist and mean the
   same on both.
@@ -25,7 +25,7 @@ Differences between 0.9.11 and 0.10.4 and where they are handled:
 - Both releases run on a2a-sdk 0.3 (0.23 and 0.26); 0.10.4 does not bound it, so its lock keeps it below 1.
 
 ``PORT_NAMES`` lists every upstream name the package patches, subclasses, overrides, imports or calls at run time
-(``tests/test_upstream_port.py`` holds it complete against the package's source and present in the installed
+(``tests/runtime/test_upstream_port.py`` holds it complete against the package's source and present in the installed
 release); ``./upstream-diff port`` reports, per name, whether kagent-adk 1.0.0a17 still has it with the same
 signature. kagent-adk 1.0 is not supported (``pyproject.toml`` admits ``<0.11``): it cannot be installed here, so
 no lock and no CI run cover it.

@@ -1,11 +1,11 @@
-"""The console script: migrate, sweep and demo, with content-free output and clear configuration errors."""
+"""The console script: migrate and sweep, with content-free output and clear configuration errors (the demo,
+which runs kagent's runtime, is tests/runtime/test_demo.py)."""
 
 from __future__ import annotations
 
 import asyncio
 import json
 import os
-import re
 import subprocess
 import sys
 import uuid
@@ -14,15 +14,9 @@ from pathlib import Path
 
 import asyncpg
 import pytest
+from support import run_command as run
 
 from kagent_memory_governed.store import Store
-
-COMMAND = str(Path(sys.executable).parent / "kagent-memory-governed")
-
-
-def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
-    return subprocess.run([COMMAND, *args], env={**clean, **env}, capture_output=True, text=True, timeout=300)
 
 
 def test_migrate_and_sweep_against_the_configured_database(database_url: str, store):
@@ -184,37 +178,6 @@ def test_an_unreachable_database_is_a_reason_code(tmp_path: Path):
     url = f"postgresql+asyncpg://postgres:s3cret-pw@/postgres?host={tmp_path}"
     result = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=url)
     assert (result.returncode, result.stderr) == (1, "refused: store_unavailable (connection_refused)\n")
-
-
-def _without_ids_and_times(output: str) -> str:
-    output = re.sub(r"[0-9a-f]{8}(-[0-9a-f]{4}){3}-[0-9a-f]{12}", "<id>", output)
-    output = re.sub(r"!demo[0-9a-f]+:", "!<room>:", output)
-    return re.sub(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", "<time>", output)
-
-
-def test_the_demo_runs_the_whole_lifecycle_through_the_runtime_on_the_embedded_default(tmp_path: Path):
-    result = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
-    assert result.returncode == 0, result.stderr
-    again = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
-    assert _without_ids_and_times(again.stdout) == _without_ids_and_times(result.stdout)  # the same every run
-    assert result.stderr == ""
-    steps = result.stdout.split("\n== ")[1:]
-    expected = [
-        ("migrate", f"schema revision {Store.head_revision()}"),
-        ("before consent", "Memory unavailable: consent_missing", "enabled=False entries=0"),
-        ("consent", "'generation': 1"),
-        ("saves a fact", "Saved to long-term memory", "entries=1"),
-        ("prefetch recalls", '"remembered_facts_in_context": 1'),
-        ("inspect", "control-room:!demo", "'I take my coffee black.'"),
-        ("forget exactly", "'deleted': True, 'verified': True", "entries=0"),
-        ("hard expiry", "7 days later: entries=0", '"remembered_facts_in_context": 0', "sweep physically deleted"),
-        ("off", "'enabled': False", "'verified': True", "consent_disabled", "last erasure=verified"),
-    ]
-    assert len(steps) == len(expected)
-    for step, (title, *evidence) in zip(steps, expected, strict=True):
-        assert title in step.splitlines()[0]
-        for text in evidence:
-            assert text in step, (title, text)
 
 
 def test_without_a_url_or_the_embedded_extra_the_commands_say_what_to_do(tmp_path: Path):

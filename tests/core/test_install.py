@@ -13,39 +13,47 @@ from packaging.utils import canonicalize_name
 
 from kagent_memory_governed.adk import upstream
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 NEWEST = upstream.SUPPORTED[-1].version
 LOCKS = {release.version: ROOT / "locks" / f"kagent-adk-{release.version}.txt" for release in upstream.SUPPORTED}
 TESTING_EXTRAS = "'.[testing]' pytest pytest-asyncio"
 
 
 def install_lines(document: str) -> list[str]:
-    """The ``pip install`` lines of a document's shell blocks."""
+    """The ``pip install`` lines (pip's or uv's) of a document's shell blocks."""
     blocks = re.findall(r"```sh\n(.*?)```", (ROOT / document).read_text(), re.DOTALL)
     return [line.strip() for block in blocks for line in block.splitlines() if "pip install" in line]
 
 
+PIP = f".venv/bin/python -m pip install -c locks/kagent-adk-{NEWEST}.txt"
+UV = f"uv pip install --python .venv/bin/python -c locks/kagent-adk-{NEWEST}.txt"
+
+
 def test_the_readme_installs_from_the_checkout_with_the_newest_lock_into_a_fresh_virtualenv():
-    assert install_lines("README.md") == [f".venv/bin/python -m pip install -c locks/kagent-adk-{NEWEST}.txt ."]
-    assert "python3 -m venv .venv" in (ROOT / "README.md").read_text()
+    assert install_lines("README.md") == [f"{PIP} .", f"{UV} ."]
+    readme = (ROOT / "README.md").read_text()
+    assert "python3 -m venv .venv" in readme and "uv venv .venv" in readme
 
 
 def test_docs_testing_installs_the_testing_extra_the_same_way():
-    assert install_lines("docs/testing.md") == [
-        f".venv/bin/python -m pip install -c locks/kagent-adk-{NEWEST}.txt {TESTING_EXTRAS}"
-    ]
+    assert install_lines("docs/testing.md") == [f"{PIP} {TESTING_EXTRAS}", f"{UV} {TESTING_EXTRAS}"]
 
 
-def test_dev_example_runs_the_documented_line_for_each_release_in_a_fresh_virtualenv():
+def test_dev_example_runs_the_documented_lines_in_fresh_virtualenvs():
+    """The uv line for every release, the pip line for the newest (./dev's example step, run by ./dev test)."""
     dev = (ROOT / "dev").read_text()
-    step = dev[dev.index("example() {") : dev.index("matrix() {")]
-    command = re.sub(r"\s*\\\n\s*", " ", step)
-    quiet = "--quiet --disable-pip-version-check "  # pip's chatter only
-    documented = install_lines("docs/testing.md")[0].replace(f"kagent-adk-{NEWEST}.txt", '"locks/kagent-adk-$1.txt"')
-    documented = documented.replace("-c locks/", "-c ").replace(".venv/bin/python", '"$scratch/venv/bin/python"')
-    assert documented.replace("pip install ", "pip install " + quiet) in command
-    assert '-m venv "$scratch/venv"' in command
-    assert "matrix() { # the whole check" in dev and 'example "$version"' in dev  # CI's ./dev test runs it
+    step = re.sub(r"\s*\\\n\s*", " ", dev[dev.index("example() {") : dev.index("suite() {")])
+    lock = '-c "locks/kagent-adk-$1.txt"'
+    pip, uv = install_lines("docs/testing.md")
+    pip = pip.replace(f"-c locks/kagent-adk-{NEWEST}.txt", lock).replace(
+        ".venv/bin/python", '"$scratch/pip/bin/python"'
+    )
+    uv = uv.replace(f"-c locks/kagent-adk-{NEWEST}.txt", lock).replace(".venv/bin/python", '"$scratch/venv/bin/python"')
+    assert pip.replace("pip install ", "pip install --quiet --disable-pip-version-check ") in step
+    assert uv.replace("uv pip install ", "uv pip install --quiet ") in step
+    assert '-m venv "$scratch/pip"' in step and 'uv venv --quiet --python "${PYTHON:-python3}" "$scratch/venv"' in step
+    assert 'if [ "$1" = "${supported[-1]}" ]' in step  # pip for the newest release
+    assert 'example "$version"' in dev[dev.index("matrix() {") :]  # CI's ./dev test runs it for every release
 
 
 def pins(lock: Path) -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "kagent_memory_governed"
+PACKAGE = Path(__file__).resolve().parents[2] / "kagent_memory_governed"
 ROOT = "kagent_memory_governed"
 
 

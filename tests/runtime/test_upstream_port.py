@@ -19,7 +19,7 @@ import pytest
 
 from kagent_memory_governed.adk import upstream
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "kagent_memory_governed"
 UPSTREAM = ("kagent", "google.adk", "google.genai", "a2a")
 LISTED = {entry.name for entry in upstream.PORT_NAMES}

@@ -20,7 +20,7 @@ from kagent_memory_governed.testing import Bridge, ScriptedModel, build_app
 
 CODES = {reason.value for reason in Reason} | {"internal_error"}
 # the contract's own table: a route's answer has exactly its model's members (docs/bridge.md states the same
-# calls for people; tests/test_docs.py holds the two together)
+# calls for people; tests/core/test_docs.py holds the two together)
 ROUTES = [(call.method, call.route) for call in CALLS.values()]
 ANSWERS = {(call.method, call.route): set(call.answer.model_fields) for call in CALLS.values()}
 OPERATIONS = {(call.method, call.route): call.op.value for call in CALLS.values()}

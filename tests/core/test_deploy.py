@@ -30,7 +30,7 @@ from kagent_memory_governed.adk import upstream
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store.connection import parse
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEPLOY = ROOT / "deploy"
 DOCKERFILE = DEPLOY / "Dockerfile"
 SECRETS = DEPLOY / "secrets.example.yaml"

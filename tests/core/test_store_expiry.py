@@ -127,25 +127,3 @@ async def test_sweep_prunes_ledger_records_past_their_retention_and_keeps_the_la
         assert [row["operation"] for row in await sql.fetch("SELECT operation FROM governed_memory.ledger")] == [
             "sweep"
         ]
-
-
-async def test_an_agents_ttl_days_lowers_the_expiry_ceiling_and_never_raises_it(database_url: str, key: ScopeKey):
-    from kagent.adk.types import MemoryConfig
-
-    from kagent_memory_governed.adk.service import GovernedMemoryService
-
-    store = Store.connect(database_url, Policy())
-    try:
-        service = GovernedMemoryService(store, None)
-        service.configure(MemoryConfig(ttl_days=30))
-        assert store.policy.max_expiry_seconds == 7 * 24 * 3600  # kagent's laxer TTL changes nothing
-        service.configure(MemoryConfig(ttl_days=3))
-        assert store.policy.max_expiry_seconds == service.policy.max_expiry_seconds == 3 * 24 * 3600
-        with freeze_time(T0, real_asyncio=True):
-            grant = await store.grant(key, purpose="assist", policy_version="v1")
-            assert grant.max_expiry_seconds == 3 * 24 * 3600 and (await store.status(key)).max_expiry_seconds == 259200
-            [entry] = await store.write(key, grant.generation, facts("likes tea"))
-            page = await store.inspect(key)
-        assert page.entries[0].expires_at == T0 + timedelta(days=3) and page.entries[0].entry_id == entry
-    finally:
-        await store.close()

@@ -11,7 +11,7 @@ from packaging.utils import canonicalize_name
 
 from kagent_memory_governed.adk import upstream
 
-LOCKS = Path(__file__).resolve().parent.parent / "locks"
+LOCKS = Path(__file__).resolve().parents[2] / "locks"
 LOCK = LOCKS / f"kagent-adk-{version('kagent-adk')}.txt"
 
 

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 DEFINED = {
     name
-    for path in (ROOT / "tests").glob("test_*.py")
+    for path in (ROOT / "tests").rglob("test_*.py")
     for name in re.findall(r"^(?:async )?def (test_\w+)", path.read_text(), re.MULTILINE)
 }
 

@@ -27,7 +27,7 @@ def test_the_installed_kagent_adk_is_a_supported_release_and_the_one_asked_for()
 def test_the_dependency_pin_admits_the_locked_releases_and_no_1_0():
     """kagent-adk 1.0 has no lock and no CI run here (it cannot be installed): the pin keeps it out, and
     ``installed()`` refuses any release between the locked ones at activation."""
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     dependencies = tomllib.loads((root / "pyproject.toml").read_text())["project"]["dependencies"]
     [pin] = [Requirement(d).specifier for d in dependencies if Requirement(d).name == "kagent-adk"]
     assert all(pin.contains(release.version) for release in upstream.SUPPORTED)

@@ -130,4 +130,4 @@ async def test_a_token_id_is_claimed_once_and_no_sweep_frees_it_while_the_token_
         await store.sweep()
         assert await refusal(store.claim_once("jti-1", valid_until)) is Reason.ASSERTION_REPLAYED
     # when the database's clock passes valid_until, sweep deletes the record and no claim can spend it again:
-    # tests/test_replay_clock.py
+    # tests/runtime/test_replay_clock.py
