@@ -546,3 +546,21 @@ def test_the_image_installs_the_package_from_the_lock_and_turns_activation_on():
     }
     assert all((ROOT / source).exists() for source in copied)
     assert not {"ENTRYPOINT", "CMD", "USER"} & {op for op, _ in instructions}  # upstream's are kept
+
+
+def test_every_workload_names_its_key_store_and_reads_its_token_and_ca_from_a_mounted_secret():
+    """A pod without a key store stops (the embedded one is for local runs), so each workload that touches the
+    store (agents, migrate, sweep) names OpenBao, with the token and CA files of an example Secret mounted."""
+    from kagent_memory_governed.keys import check_url
+
+    stores = [w for w in workloads() if f"{PREFIX}DATABASE_URL" in w.env]
+    assert len(stores) == 3 * len(OVERLAYS)  # the agent, the migrate Job and the sweep CronJob of each overlay
+    for workload in stores:
+        url = workload.env[f"{PREFIX}KEY_STORE"]["value"]
+        check_url(url)  # refuses what the package cannot use
+        assert url.startswith("openbao+https://"), workload.name
+        token = workload.env[f"{PREFIX}KEY_STORE_TOKEN"]["value"]
+        assert token.startswith("@/"), workload.name  # a file: renewed tokens are read again, never baked in
+        for path in (Path(token[1:]), Path(workload.env[f"{PREFIX}KEY_STORE_CA"]["value"])):
+            secret, key = mounted_file(workload, path)
+            assert key in secret_keys()[secret], (workload.name, path)
