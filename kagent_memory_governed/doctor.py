@@ -1,8 +1,9 @@
 """``kagent-memory-governed doctor``: is this process's environment governed, before any user consents?
 
 Run inside the agent's container (``kubectl exec``), it checks what the running server relies on: the
-settings and policy load, the bridge key, issuer, homeserver and agent identity are usable, the database
-is reachable with the schema at head, and governed memory (never upstream's) is active in the process.
+settings and policy load, the bridge key, issuer, homeserver and agent identity are usable, the key store
+is reachable and authorized, the database is reachable with the schema at head, and governed memory (never
+upstream's) is active in the process.
 It prints check names, ``ok`` or ``FAILED`` and a reason code; never a setting's value. It writes nothing.
 """
 
@@ -10,12 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple, TextIO
 
 from pydantic import ValidationError
 
-from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError
+from kagent_memory_governed import keys
+from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
+from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.settings import Settings, problems
 
@@ -45,22 +50,47 @@ def _configured(name: str, check: Callable[[], object]) -> Check:
     return Check(name, True)
 
 
-async def _database(settings: Settings, policy: Policy) -> Check:
+async def _key_store(settings: Settings) -> tuple[Check, KeyStore | None]:
+    """The key store the settings name, reachable, authorized and configured (``key_unavailable``). The embedded
+    default is for local runs, as the embedded database is, and is not looked at (doctor writes nothing)."""
+    if not settings.key_store:
+        return Check("key_store", False, "embedded_default_is_for_local_use_only"), None
+    try:
+        store = keys.configured(settings)
+    except ConfigurationError as error:
+        return Check("key_store", False, error.code), None
+    try:
+        await store.check()
+    except GovernedMemoryError as error:
+        await store.close()
+        return Check("key_store", False, error.reason.value, error.cause), None
+    return Check("key_store", True), store
+
+
+async def _database(settings: Settings, policy: Policy, key_store: KeyStore | None) -> Check:
     if settings.database_url is None:  # never start the embedded server from here
         return Check("database", False, "embedded_default_is_for_local_use_only")
     from kagent_memory_governed.embedded import database_url
     from kagent_memory_governed.store import Store
 
-    try:
-        store = Store.connect(database_url(settings), policy, pool_size=1, max_overflow=0)
-    except Exception:  # e.g. an unparsable URL; the driver's message could quote it
-        return Check("database", False, "bad_database_url")
-    try:
-        await store.check_ready()
-    except GovernedMemoryError as error:
-        return Check("database", False, error.reason.value, error.cause)
-    finally:
-        await store.close()
+    with tempfile.TemporaryDirectory() as scratch:  # an unusable key store is the line above: not this one's
+        try:
+            store = Store.connect(
+                database_url(settings),
+                policy,
+                keys=key_store or keys.LocalKeyStore(Path(scratch)),
+                pool_size=1,
+                max_overflow=0,
+            )
+        except Exception:  # e.g. an unparsable URL; the driver's message could quote it
+            return Check("database", False, "bad_database_url")
+        try:
+            await store.check_ready()
+        except GovernedMemoryError as error:
+            if error.reason is not Reason.KEY_UNAVAILABLE:
+                return Check("database", False, error.reason.value, error.cause)
+        finally:
+            await store.close()
     return Check("database", True)
 
 
@@ -78,13 +108,15 @@ def _activation() -> Check:
 async def run(settings: Settings) -> list[Check]:
     """Every check, in order; content-free. Needs a database only if one is configured."""
     policy_check, policy = _policy(settings)
+    key_check, key_store = await _key_store(settings)
     return [
         policy_check,
         _configured("bridge_key", settings.bridge_key),
         Check("bridge_issuer", bool(settings.bridge_issuer), None if settings.bridge_issuer else "missing"),
         Check("homeserver", bool(settings.homeserver), None if settings.homeserver else "missing"),
         _configured("agent_identity", settings.agent),
-        await _database(settings, policy),
+        key_check,
+        await _database(settings, policy, key_store),
         _activation(),
     ]
 

@@ -25,6 +25,7 @@ CHECKS = [
     "bridge_issuer",
     "homeserver",
     "agent_identity",
+    "key_store",
     "database",
     "governed_memory_active",
 ]
@@ -33,7 +34,13 @@ CHECKS = [
 def configured(tmp_path: Path, bridge, database_url: str | None, **overrides) -> Settings:
     key = tmp_path / "bridge.pem"
     key.write_text(bridge.public_pem)
-    values = dict(database_url=database_url, bridge_public_key=f"@{key}", bridge_issuer=ISSUER, homeserver=HOMESERVER)
+    values = dict(
+        database_url=database_url,
+        bridge_public_key=f"@{key}",
+        bridge_issuer=ISSUER,
+        homeserver=HOMESERVER,
+        key_store=f"file://{tmp_path / 'keys'}",
+    )
     return Settings(**{**values, **overrides})
 
 
@@ -52,6 +59,20 @@ async def test_a_configured_activated_process_on_a_migrated_database_passes_ever
 async def test_a_never_migrated_database_is_schema_missing(runtime, store, database_url: str, bridge, tmp_path: Path):
     settings = configured(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
     assert failures(await doctor.run(settings)) == {"database": "schema_missing"}
+
+
+async def test_an_unreachable_key_store_fails_its_own_line_and_the_database_still_passes(
+    runtime, store, database_url: str, bridge, tmp_path: Path
+):
+    from support import free_port
+
+    unreachable = f"openbao+http://127.0.0.1:{free_port()}/governed-memory-keys"
+    settings = configured(tmp_path, bridge, database_url, key_store=unreachable, key_store_token="not-a-token")
+    checks = await doctor.run(settings)
+    assert failures(checks) == {"key_store": "key_unavailable"}
+    assert [check.name for check in checks] == CHECKS
+    missing = configured(tmp_path, bridge, database_url, key_store=unreachable)  # OpenBao without a token
+    assert failures(await doctor.run(missing)) == {"key_store": "missing"}
 
 
 async def test_without_a_database_url_the_embedded_default_is_reported_as_local_only(runtime, bridge, tmp_path: Path):
@@ -109,6 +130,7 @@ def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, m
         ["bridge_issuer", "FAILED", "missing"],
         ["homeserver", "ok"],
         ["agent_identity", "FAILED", "invalid"],
+        ["key_store", "FAILED", "embedded_default_is_for_local_use_only"],
         ["database", "FAILED", "store_unavailable", "connection_refused"],
         ["governed_memory_active", "FAILED", "not_activated"],
     ]
@@ -133,7 +155,10 @@ def test_a_lookalike_variable_is_named(monkeypatch: pytest.MonkeyPatch):
 
 
 def _doctor_in_a_pod(tmp_path: Path, bridge, database_url: str, switch: str) -> subprocess.CompletedProcess[str]:
-    env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY=switch)
+    keys = f"file://{tmp_path / 'keys'}"
+    env = pod_environment(
+        tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY=switch, KAGENT_GOVERNED_MEMORY_KEY_STORE=keys
+    )
     command = [sys.executable, "-m", "kagent_memory_governed.doctor"]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
