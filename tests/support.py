@@ -77,6 +77,7 @@ def pod_environment(tmp_path: Path, bridge: Bridge, database_url: str, **extra: 
         KAGENT_GOVERNED_MEMORY="on",
         KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url,
         KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=f"@{key}",
+        KAGENT_GOVERNED_MEMORY_KEY_STORE=f"file://{tmp_path / 'keys'}",  # a pod names its key store
         KAGENT_GOVERNED_MEMORY_BRIDGE_ISSUER=ISSUER,
         KAGENT_GOVERNED_MEMORY_HOMESERVER=HOMESERVER,
         KAGENT_URL="http://controller.invalid",

@@ -18,7 +18,7 @@ Guarantees, each enforced inside the transaction that does the work:
 Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its only text.
 
 The hot path (admit, write, search, the conversation turns) is one statement each, in one round trip: a
-database function of migration 0007 that fences, does the work and records it in its own transaction.
+database function (``store/sql``) that fences, does the work and records it in its own transaction.
 An erasure is two: the fence's statement, then (after the key store has destroyed the erased keys) one call
 of a procedure that deletes, commits, verifies in a fresh transaction and settles.
 
@@ -41,12 +41,13 @@ of a procedure that deletes, commits, verifies in a fresh transaction and settle
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
+from typing import Any, TypeVar
 
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncEngine
 
 from kagent_memory_governed import redaction
 from kagent_memory_governed.consent import Erasure
@@ -64,7 +65,7 @@ from kagent_memory_governed.store import (
     schema_admin,
     turns,
 )
-from kagent_memory_governed.store.database import Database, prepare_connections
+from kagent_memory_governed.store.database import Database, create_engine
 from kagent_memory_governed.store.sealing import Keyrings
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
@@ -80,6 +81,8 @@ from kagent_memory_governed.store.values import (
     Turn,
     turn_ref,
 )
+
+T = TypeVar("T")
 
 
 class Store:
@@ -129,26 +132,9 @@ class Store:
 
             keys = configured(Settings.load())
         redaction.install_log_boundary()
-        engine = create_async_engine(
-            database.url,
-            hide_parameters=True,
-            pool_size=pool_size,
-            max_overflow=max_overflow,
-            pool_timeout=pool_timeout,
-            isolation_level="AUTOCOMMIT",  # transactions say so; a lone statement is one round trip
-            connect_args={
-                **database.connect_args(),
-                "command_timeout": 30,
-                "server_settings": {
-                    "application_name": "kagent-memory-governed",
-                    "statement_timeout": str(statement_timeout_ms),
-                    "lock_timeout": str(lock_timeout_ms),
-                    "idle_in_transaction_session_timeout": "60000",
-                },
-            },
-        )
-        prepare_connections(engine)
-        return cls(engine, policy, keys)
+        pool = {"pool_size": pool_size, "max_overflow": max_overflow, "pool_timeout": pool_timeout}
+        timeouts = {"statement_timeout": str(statement_timeout_ms), "lock_timeout": str(lock_timeout_ms)}
+        return cls(create_engine(database, pool, timeouts), policy, keys)
 
     async def close(self) -> None:
         await self._db.engine.dispose()
@@ -198,16 +184,14 @@ class Store:
         """Enable ``key`` for a purpose under a policy version and advance its generation (R6, R7).
         An unfinished erasure of the scope is completed first; if it still cannot be, refuses
         ``erasure_pending``/``erasure_failed``. Refuses ``bad_input`` labels."""
-        await self._finish_erasure(key)
-        return await consent.grant(
-            self._db, key, purpose=purpose, policy_version=policy_version, valid_until=valid_until
+        return await self._finished_first(
+            key, consent.grant(self._db, key, purpose=purpose, policy_version=policy_version, valid_until=valid_until)
         )
 
     async def status(self, key: ScopeKey) -> Status:
         """The scope's consent, effective limits, live entry count and last erasure (R10). An unfinished
         erasure is completed first; if it still cannot be, the answer says so (disabled, ``pending``/``failed``)."""
-        await self._finish_erasure(key)
-        return await consent.status(self._db, key)
+        return await self._finished_first(key, consent.status(self._db, key))
 
     # -- admission (before any model or embedding call) ---------------------------------------------
 
@@ -288,7 +272,7 @@ class Store:
             self._db, key, generation, session_id, invocation_id, recalled=recalled
         )
         if refusal is Reason.CONSENT_DISABLED:  # the scope may be disabled by an unfinished erasure
-            await self._finish_erasure(key)
+            await self._finish(key)
         return waiting
 
     async def collect_turns(
@@ -308,16 +292,14 @@ class Store:
         Refuses ``bad_input`` for a limit outside 1..50 and for a cursor not issued for this scope. An
         unfinished erasure is completed first; if it still cannot be, refuses ``erasure_pending``/
         ``erasure_failed``: entries being erased are never shown, only the scope's state is (``status``)."""
-        await self._finish_erasure(key)
-        return await data.inspect(self._db, key, limit=limit, cursor=cursor)
+        return await self._finished_first(key, data.inspect(self._db, key, limit=limit, cursor=cursor))
 
     async def forget(self, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
         """Erase exactly one entry and verify it unreadable (R12). Fences like every erasure: the
         generation advances, so stale work cannot re-add what was forgotten. Refuses ``not_found``
         (no such entry in this scope) and, during an unfinished erasure that cannot be completed first,
         ``erasure_pending``/``erasure_failed``."""
-        await self._finish_erasure(key)
-        return await erasure.forget(self._db, key, entry_id)
+        return await self._finished_first(key, erasure.forget(self._db, key, entry_id))
 
     async def forget_all(self, key: ScopeKey) -> Erased:
         """Erase every entry of ``key`` and verify none is left; consent stays as it was (R13).
@@ -344,9 +326,18 @@ class Store:
         run completes it)."""
         return await maintenance.sweep(self._db, batch=batch)
 
-    async def _finish_erasure(self, key: ScopeKey) -> None:
-        """Complete an unfinished erasure of ``key`` before serving it. If it still cannot be completed, the
-        operation that follows refuses or reports it from the scope's state."""
+    async def _finished_first(self, key: ScopeKey, work: Coroutine[Any, Any, T]) -> T:
+        """``work``, once an unfinished erasure of ``key`` is completed: the control plane's one spelling (the data
+        plane's is ``erasure.finishing``, which completes one only when the fence refuses). If it still cannot be
+        completed, ``work`` refuses or reports it from the scope's state."""
+        try:
+            await self._finish(key)
+        except BaseException:
+            work.close()
+            raise
+        return await work
+
+    async def _finish(self, key: ScopeKey) -> None:
         with suppress(GovernedMemoryError):
             await erasure.finish(self._db, key.scope_id)
 

@@ -24,14 +24,14 @@ from sqlalchemy import Executable, Row, event, func, insert, select, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_dbapi
 from sqlalchemy.exc import DisconnectionError, IntegrityError, SQLAlchemyError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
-from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.schema import ledger, scopes
-from kagent_memory_governed.store.connection import tls_cause
+from kagent_memory_governed.store.connection import DatabaseUrl, tls_cause
 from kagent_memory_governed.store.sealing import Keyrings
 
 _DATABASE_ERRORS = (
@@ -76,6 +76,28 @@ def cause_of(error: BaseException) -> str | None:
                 return cause
         pending += [getattr(current, "orig", None), current.__cause__, current.__context__]
     return None
+
+
+def create_engine(database: DatabaseUrl, pool: dict[str, Any], timeouts: dict[str, str]) -> AsyncEngine:
+    """The store's engine: parameters hidden from logs and exception text, autocommit (transactions say so; a
+    lone statement is one round trip), the pool and server-side ``timeouts`` given, connections prepared."""
+    engine = create_async_engine(
+        database.url,
+        hide_parameters=True,
+        isolation_level="AUTOCOMMIT",
+        **pool,
+        connect_args={
+            **database.connect_args(),
+            "command_timeout": 30,
+            "server_settings": {
+                "application_name": "kagent-memory-governed",
+                **timeouts,
+                "idle_in_transaction_session_timeout": "60000",
+            },
+        },
+    )
+    prepare_connections(engine)
+    return engine
 
 
 def prepare_connections(engine: AsyncEngine) -> None:

@@ -29,7 +29,8 @@ import numpy
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
-from kagent_memory_governed.keys import KEY_BYTES, EntryKey, Keyring, KeyStore
+from kagent_memory_governed.keys import EntryKey, Keyring, KeyStore
+from kagent_memory_governed.keys.keyring import KEY_BYTES
 from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS
 
 _ENTRY = b"kagent-memory-governed/entry/1"

@@ -155,10 +155,7 @@ def test_a_lookalike_variable_is_named(monkeypatch: pytest.MonkeyPatch):
 
 
 def _doctor_in_a_pod(tmp_path: Path, bridge, database_url: str, switch: str) -> subprocess.CompletedProcess[str]:
-    keys = f"file://{tmp_path / 'keys'}"
-    env = pod_environment(
-        tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY=switch, KAGENT_GOVERNED_MEMORY_KEY_STORE=keys
-    )
+    env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY=switch)
     command = [sys.executable, "-m", "kagent_memory_governed.doctor"]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 

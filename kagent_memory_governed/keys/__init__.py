@@ -1,0 +1,94 @@
+"""Where the keys of memory content live: outside the memory database, one keyring a scope (R42).
+
+Every entry is sealed under a key of its own (``store/sealing.py``): its text and its embedding are stored in
+PostgreSQL only as authenticated ciphertext. The entry's key lives here, in the scope's keyring, never in the
+memory database nor in its WAL, replicas, dumps or backups. Erasing destroys keys: one entry's for ``forget``,
+every key written before the erasure's fence for ``forget-all``, ``off`` and ``offboard``, an expired entry's
+for ``sweep``. A copy of the database taken at any time is then ciphertext without a key.
+
+    KeyStore                   what the store needs from a key store (a Protocol)
+     ├── LocalKeyStore          the embedded default: a directory beside the embedded database, for local runs
+     │                          and tests; keyrings sealed under a local key-encryption key that ``rotate`` replaces
+     └── OpenBaoKeyStore        OpenBao (or HashiCorp Vault) KV version 2: one secret a scope, older versions
+                                destroyed by every erasure; the server's barrier key is the key-encryption key
+
+A keyring slot also holds the fact's digest (``EntryKey.token``), so that a fact equal to a live entry is
+recognized without any fact-derived value in the memory database. A lost key store is a loss of memory, never a
+leak: without it, nothing in the database can be read back.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from pathlib import Path
+from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
+
+from kagent_memory_governed.errors import ConfigurationError
+from kagent_memory_governed.keys.keyring import EntryKey, Keyring, KeyStore
+from kagent_memory_governed.keys.local import LocalKeyStore
+from kagent_memory_governed.keys.openbao import OpenBaoKeyStore
+
+if TYPE_CHECKING:
+    from kagent_memory_governed.settings import Settings
+
+_SCHEMES = ("file", "openbao+https", "openbao+http")
+
+
+def check_url(url: str) -> None:
+    """Refuse a key store URL this package cannot use, naming the setting, never the value:
+    ``file:///absolute/path`` or ``openbao+https://host[:port]/<kv v2 mount>`` (``openbao+http`` to a loopback
+    address only)."""
+    name = "KAGENT_GOVERNED_MEMORY_KEY_STORE"
+    parts = urlsplit(url)
+    if parts.scheme not in _SCHEMES:
+        raise ValueError(f"{name}: not file:// or openbao+https://")
+    if parts.scheme == "file":
+        if parts.netloc or not parts.path.startswith("/") or parts.query:
+            raise ValueError(f"{name}: file:// needs an absolute path")
+        return
+    if not parts.hostname or not parts.path.strip("/") or parts.query or parts.username or parts.password:
+        raise ValueError(f"{name}: openbao+https://host[:port]/<mount> without credentials or query")
+    try:
+        parts.port  # noqa: B018 - a port that is not a number raises here
+    except ValueError:
+        raise ValueError(f"{name}: the port is not a number") from None
+    if parts.scheme == "openbao+http" and not _loopback(parts.hostname):
+        raise ValueError(f"{name}: plain http only to a loopback address; use openbao+https")
+
+
+def configured(settings: Settings) -> KeyStore:
+    """The key store the settings name (``KAGENT_GOVERNED_MEMORY_KEY_STORE``); unset, the embedded default
+    beside the embedded database (``<data dir>/keys``), which inside a Kubernetes pod is refused unless
+    ``KAGENT_GOVERNED_MEMORY_EMBEDDED=true``, as the embedded database is. ``ConfigurationError`` names what is
+    missing, never a value."""
+    from kagent_memory_governed.settings import in_kubernetes_pod
+
+    url = settings.key_store
+    if not url:
+        if in_kubernetes_pod() and not settings.embedded:
+            raise ConfigurationError(
+                "KAGENT_GOVERNED_MEMORY_KEY_STORE is not set; inside a Kubernetes pod the embedded key store is"
+                " used only with KAGENT_GOVERNED_MEMORY_EMBEDDED=true",
+                code="missing",
+            )
+        return LocalKeyStore(settings.data_dir / "keys")
+    parts = urlsplit(url)
+    if parts.scheme == "file":
+        return LocalKeyStore(Path(parts.path))
+    if not settings.key_store_token:
+        raise ConfigurationError("governed memory needs KAGENT_GOVERNED_MEMORY_KEY_STORE_TOKEN", code="missing")
+    address = f"{parts.scheme.removeprefix('openbao+')}://{parts.netloc}"
+    return OpenBaoKeyStore(address, parts.path, settings.key_store_token, ca_file=settings.key_store_ca)
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+__all__ = ["EntryKey", "KeyStore", "Keyring", "LocalKeyStore", "OpenBaoKeyStore", "check_url", "configured"]

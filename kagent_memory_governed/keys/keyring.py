@@ -1,0 +1,99 @@
+"""A scope's keyring and what every key store answers for (``KeyStore``): the values and rules the stores share."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import uuid
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
+from typing import ParamSpec, Protocol, TypeVar
+
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+
+P = ParamSpec("P")
+T = TypeVar("T")
+KEY_BYTES = 32  # AES-256-GCM
+TOKEN_BYTES = 16
+SLOT = 16 + 8 + KEY_BYTES + TOKEN_BYTES  # entry id, generation, key, token
+
+
+@dataclass(frozen=True, slots=True)
+class EntryKey:
+    """The key of one entry: ``key`` seals it and nothing else; ``token`` says which fact it holds (a digest,
+    compared when a fact is saved again); ``generation`` is the consent generation it was written under, so an
+    erasure fenced at a later generation destroys it and no key written after that fence."""
+
+    key: bytes
+    token: bytes
+    generation: int
+
+    def pack(self) -> bytes:
+        return self.generation.to_bytes(8, "big", signed=True) + self.key + self.token
+
+    @classmethod
+    def unpack(cls, raw: bytes) -> EntryKey:
+        if len(raw) != 8 + KEY_BYTES + TOKEN_BYTES:
+            raise ValueError("not an entry key")
+        return cls(raw[8 : 8 + KEY_BYTES], raw[8 + KEY_BYTES :], int.from_bytes(raw[:8], "big", signed=True))
+
+
+Keyring = dict[uuid.UUID, EntryKey]
+
+
+class KeyStore(Protocol):
+    """A store of keyrings outside the memory database. Every method refuses ``key_unavailable`` (with a
+    content-free cause) when the store cannot answer; none returns or logs key material except ``fetch``."""
+
+    async def fetch(self, scope: uuid.UUID) -> Keyring:
+        """The scope's keyring as it stands now (empty when it has none)."""
+        ...
+
+    async def store(self, scope: uuid.UUID, keys: Mapping[uuid.UUID, EntryKey]) -> None:
+        """Add ``keys`` to the scope's keyring, durably, before returning. Concurrent calls never lose a key."""
+        ...
+
+    async def destroy(
+        self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
+    ) -> None:
+        """Destroy the keys of ``entries``, and every key written under a generation below ``before``, including
+        every copy the store keeps of earlier keyrings. Idempotent; keys written since are never touched."""
+        ...
+
+    async def destroyed(
+        self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
+    ) -> bool:
+        """Whether the store can no longer give back any of those keys, from the keyring or a kept copy of it."""
+        ...
+
+    async def check(self) -> None:
+        """Refuse (``key_unavailable``) unless the store can serve: reachable, authorized, configured."""
+        ...
+
+    async def close(self) -> None: ...
+
+
+def covered(entry: uuid.UUID, key: EntryKey, entries: Collection[uuid.UUID], before: int | None) -> bool:
+    return entry in entries or (before is not None and key.generation < before)
+
+
+def unavailable(cause: str) -> GovernedMemoryError:
+    return GovernedMemoryError(Reason.KEY_UNAVAILABLE, cause=cause)
+
+
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
+
+
+def unb64(text: str) -> bytes:
+    return base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
+
+
+async def off_loop(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Blocking I/O (files, the HTTP client) in a worker thread; an ``OSError`` is ``key_unavailable``."""
+    try:
+        return await asyncio.to_thread(function, *args, **kwargs)
+    except GovernedMemoryError:
+        raise
+    except (OSError, ValueError, KeyError) as error:
+        raise unavailable("unreachable" if not isinstance(error, OSError) else "io_error") from None

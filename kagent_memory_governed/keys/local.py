@@ -1,0 +1,192 @@
+"""The embedded key store: keyrings as files beside the embedded database, for local runs, the demo and tests."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import secrets
+import uuid
+from collections.abc import Callable, Collection, Iterator, Mapping
+from functools import partial
+from pathlib import Path
+
+from cryptography.exceptions import InvalidTag
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+
+from kagent_memory_governed.keys.keyring import (
+    SLOT,
+    EntryKey,
+    Keyring,
+    b64,
+    covered,
+    off_loop,
+    unavailable,
+    unb64,
+)
+
+
+class LocalKeyStore:
+    """Keyrings as files under ``root`` (never inside the database's data directory): ``kek`` holds the
+    key-encryption keys, ``scopes/<scope id>`` each scope's keyring sealed under the current one, with the scope
+    id as associated data. Writes are atomic (a new file renamed over the old, both flushed) and serialized by a
+    lock file, so several processes on one machine may share it. For local runs, the demo and tests: a file
+    system may keep the blocks of a replaced file, readable only with a key-encryption key that ``rotate`` has
+    not yet dropped."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._kept_keks: tuple[tuple[int, int, int], int, dict[int, bytes]] | None = None
+
+    # the files
+
+    def _path(self, scope: uuid.UUID) -> Path:
+        return self.root / "scopes" / str(scope)
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        (self.root / "scopes").mkdir(exist_ok=True, mode=0o700)
+        with open(self.root / "lock", "a+b") as handle:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+    def _write(self, path: Path, data: bytes, *, lasting: bool = True) -> None:
+        """Replace ``path`` atomically (a crashed process leaves the old file or the new one). ``lasting``: flushed
+        to disk, file and rename, before returning, so a destroyed key cannot come back after a power loss. Adding
+        a key is not flushed (the system writes it back within seconds): a power loss right after may lose that
+        key, and its entry becomes unreadable, never readable by anyone else. For local runs, the demo and tests."""
+        temporary = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        try:
+            os.write(descriptor, data)
+            if lasting:
+                os.fdatasync(descriptor)
+        finally:
+            os.close(descriptor)
+        os.replace(temporary, path)
+        if lasting:
+            directory = os.open(path.parent, os.O_RDONLY)
+            try:
+                os.fsync(directory)
+            finally:
+                os.close(directory)
+
+    def _keks(self) -> tuple[int, dict[int, bytes]]:
+        """The key-encryption keys by version, and the current version; created on first use."""
+        path = self.root / "kek"
+        if not path.exists():
+            self._write(path, json.dumps({"current": 1, "keys": {"1": b64(AESGCM.generate_key(256))}}).encode())
+        stamp = path.stat()
+        seen = (stamp.st_ino, stamp.st_mtime_ns, stamp.st_size)
+        if self._kept_keks is None or self._kept_keks[0] != seen:  # replaced by rename on every change
+            recorded = json.loads(path.read_bytes())
+            keks = {int(v): unb64(k) for v, k in recorded["keys"].items()}
+            self._kept_keks = (seen, int(recorded["current"]), keks)
+        return self._kept_keks[1], self._kept_keks[2]
+
+    def _read(self, scope: uuid.UUID, keks: dict[int, bytes]) -> Keyring:
+        try:
+            raw = self._path(scope).read_bytes()
+        except FileNotFoundError:
+            return {}
+        version, nonce, sealed = int.from_bytes(raw[5:9], "big"), raw[9:21], raw[21:]
+        if raw[:5] != b"KMGK1" or version not in keks:
+            raise unavailable("keyring_unreadable")
+        try:
+            plain = AESGCM(keks[version]).decrypt(nonce, sealed, scope.bytes)
+        except InvalidTag:
+            raise unavailable("keyring_unreadable") from None
+        slots = (plain[i : i + SLOT] for i in range(0, len(plain), SLOT))
+        return {uuid.UUID(bytes=slot[:16]): EntryKey.unpack(slot[16:]) for slot in slots}
+
+    def _save(self, scope: uuid.UUID, keyring: Keyring, version: int, kek: bytes, *, lasting: bool = True) -> None:
+        plain = b"".join(entry.bytes + key.pack() for entry, key in keyring.items())
+        nonce = os.urandom(12)
+        sealed = AESGCM(kek).encrypt(nonce, plain, scope.bytes)
+        self._write(self._path(scope), b"KMGK1" + version.to_bytes(4, "big") + nonce + sealed, lasting=lasting)
+
+    def _change(self, scope: uuid.UUID, change: Callable[[Keyring], Keyring], *, lasting: bool = True) -> None:
+        with self._locked():
+            current, keks = self._keks()
+            keyring = self._read(scope, keks)
+            changed = change(dict(keyring))
+            if changed != keyring:
+                self._save(scope, changed, current, keks[current], lasting=lasting)
+
+    # the protocol
+
+    async def fetch(self, scope: uuid.UUID) -> Keyring:
+        # on the event loop: a few kilobytes from the page cache cost less than a worker thread contending for
+        # the interpreter with the loop; files are replaced by rename, so a read needs no lock
+        return self._fetch(scope)
+
+    def _fetch(self, scope: uuid.UUID) -> Keyring:
+        try:
+            if not os.path.lexists(self.root):  # never used: no keys
+                return {}
+            if not self.root.is_dir():
+                raise unavailable("io_error")
+            if not (self.root / "kek").is_file():
+                return {}
+            return self._read(scope, self._keks()[1])
+        except OSError:
+            raise unavailable("io_error") from None
+
+    async def store(self, scope: uuid.UUID, keys: Mapping[uuid.UUID, EntryKey]) -> None:
+        await off_loop(partial(self._change, scope, lambda keyring: keyring | dict(keys), lasting=False))
+
+    async def destroy(
+        self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
+    ) -> None:
+        def keep(keyring: Keyring) -> Keyring:
+            return {e: k for e, k in keyring.items() if not covered(e, k, entries, before)}
+
+        await off_loop(self._change, scope, keep)
+
+    async def destroyed(
+        self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
+    ) -> bool:
+        keyring = await self.fetch(scope)
+        return not any(covered(e, k, entries, before) for e, k in keyring.items())
+
+    async def check(self) -> None:
+        def probe() -> None:
+            with self._locked():
+                self._keks()
+
+        await off_loop(probe)
+
+    async def close(self) -> None:
+        return None
+
+    async def rotate(self) -> int:
+        """Rotate the key-encryption key: a new one seals every keyring again, then the old ones are dropped.
+        The memory database is not touched: no entry is rewritten. Returns the new version."""
+
+        def rotate() -> int:
+            with self._locked():
+                current, keks = self._keks()
+                fresh, new = current + 1, AESGCM.generate_key(256)
+                self._write(
+                    self.root / "kek",
+                    json.dumps(
+                        {
+                            "current": fresh,
+                            "keys": {**{str(v): b64(k) for v, k in keks.items()}, str(fresh): b64(new)},
+                        }
+                    ).encode(),
+                )
+                for path in (self.root / "scopes").iterdir():
+                    if path.name.startswith("."):
+                        continue
+                    scope = uuid.UUID(path.name)
+                    self._save(scope, self._read(scope, keks), fresh, new)
+                self._write(self.root / "kek", json.dumps({"current": fresh, "keys": {str(fresh): b64(new)}}).encode())
+                return fresh
+
+        return await off_loop(rotate)
