@@ -30,12 +30,14 @@ _serial = itertools.count()
 
 
 COMMAND = str(Path(sys.executable).parent / "kagent-memory-governed")
+KEY_STORE = "KAGENT_GOVERNED_MEMORY_KEY_STORE"
 
 
 def run_command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``kagent-memory-governed ARGS`` in a process of its own: only ``env`` of this package's settings reach it."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
-    return subprocess.run([COMMAND, *args], env={**clean, **env}, capture_output=True, text=True, timeout=300)
+    keys = {KEY_STORE: os.environ[KEY_STORE]} if KEY_STORE in os.environ else {}  # this process's (conftest)
+    return subprocess.run([COMMAND, *args], env={**clean, **keys, **env}, capture_output=True, text=True, timeout=300)
 
 
 def private_directory(prefix: str) -> Path:

@@ -100,6 +100,7 @@ async def test_without_a_database_url_the_embedded_default_is_reported_as_local_
             "not_ed25519_public_key",
         ),
     ],
+    ids=["not-a-key", "p256-key", "missing-file", "identity-point"],  # stable ids: xdist workers compare them
 )
 async def test_a_bridge_key_that_is_not_a_readable_ed25519_key_fails(
     runtime, bridge, tmp_path: Path, pem: str, reason: str
@@ -111,6 +112,7 @@ async def test_a_bridge_key_that_is_not_a_readable_ed25519_key_fails(
 def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(runtime_module, "_active", None)  # as in a process that was never activated
     monkeypatch.setenv("KAGENT_NAME", "Not_A_Valid_Name")
+    monkeypatch.delenv("KAGENT_GOVERNED_MEMORY_KEY_STORE")  # the suite's own (conftest): unset, as in a new pod
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"entry_cap": 500}))
     settings = Settings(
