@@ -28,7 +28,7 @@ of a procedure that deletes, commits, verifies in a fresh transaction and settle
     database       one-statement calls, transactions, error mapping, the ledger row, refusing with one
     functions      the hot path's database function calls, built once
     schema_admin   migrate, revision, readiness (alembic)
-    consent        grant, status
+    grants         grant, status: a scope's consent as the store keeps it
     admission      cost admission, single-use control tokens
     data           write, search, inspect
     sealing        entries sealed and opened, ranking in the process, keyrings kept per consent generation
@@ -58,9 +58,9 @@ from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import (
     admission,
     connection,
-    consent,
     data,
     erasure,
+    grants,
     maintenance,
     schema_admin,
     turns,
@@ -185,13 +185,13 @@ class Store:
         An unfinished erasure of the scope is completed first; if it still cannot be, refuses
         ``erasure_pending``/``erasure_failed``. Refuses ``bad_input`` labels."""
         return await self._finished_first(
-            key, consent.grant(self._db, key, purpose=purpose, policy_version=policy_version, valid_until=valid_until)
+            key, grants.grant(self._db, key, purpose=purpose, policy_version=policy_version, valid_until=valid_until)
         )
 
     async def status(self, key: ScopeKey) -> Status:
         """The scope's consent, effective limits, live entry count and last erasure (R10). An unfinished
         erasure is completed first; if it still cannot be, the answer says so (disabled, ``pending``/``failed``)."""
-        return await self._finished_first(key, consent.status(self._db, key))
+        return await self._finished_first(key, grants.status(self._db, key))
 
     # -- admission (before any model or embedding call) ---------------------------------------------
 
