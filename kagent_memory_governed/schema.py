@@ -7,10 +7,12 @@ whose controller extends expiry on access. Content (text, vectors) is only in ``
 
 from __future__ import annotations
 
+import uuid
 from datetime import datetime
 
 from pgvector.sqlalchemy import VECTOR
 from sqlalchemy import (
+    CTE,
     BigInteger,
     Boolean,
     CheckConstraint,
@@ -19,6 +21,7 @@ from sqlalchemy import (
     DateTime,
     Float,
     ForeignKey,
+    FromClause,
     Identity,
     Index,
     Integer,
@@ -28,6 +31,7 @@ from sqlalchemy import (
     Table,
     Text,
     UniqueConstraint,
+    select,
     text,
 )
 from sqlalchemy.dialects.postgresql import UUID
@@ -106,11 +110,19 @@ entries = Table(
 )
 
 
-def live(now: datetime) -> ColumnElement[bool]:
+def live(now: datetime, rows: FromClause = entries) -> ColumnElement[bool]:
     """An entry is live, readable by anyone, until its expiry: ``expires_at > now`` on the application clock
-    (expiry is authorization, R19). The database functions that read entries state it once each
-    (``store/sql/search.sql``, ``write.sql``)."""
-    return entries.c.expires_at > now
+    (expiry is authorization, R19), of ``entries`` or of ``rows`` taken from it. The database functions that
+    read entries state it once each (``store/sql/search.sql``, ``write.sql``)."""
+    return rows.c.expires_at > now
+
+
+def scope_rows(scope_id: uuid.UUID, *columns: str) -> CTE:
+    """``columns`` of one scope's entries, found by the primary key alone, to be filtered with ``live``: a
+    materialized CTE, so that no cached generic plan joins the expiry index in (a bitmap over every live entry
+    of every scope, read on each call)."""
+    found = select(*(entries.c[name] for name in columns)).where(entries.c.scope_id == scope_id)
+    return found.cte("scoped").prefix_with("MATERIALIZED")
 
 
 # Content-free evidence: an operation type, a result, a reason code, counts and opaque ids.

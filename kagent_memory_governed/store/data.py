@@ -22,7 +22,7 @@ from kagent_memory_governed.consent import admit_generation, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.keys import Keyring
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
-from kagent_memory_governed.schema import entries, live
+from kagent_memory_governed.schema import live, scope_rows
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import functions, sealing
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, raise_refusal, record, refuse
@@ -153,15 +153,16 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
         admit_int(limit, low=1, high=MAX_PAGE)
         after = _decode_cursor(key, cursor) if cursor is not None else None
     now = clock.now()
+    scoped = scope_rows(sid, "entry_id", "sealed", "created_at", "expires_at")
     query = (
-        select(entries.c.entry_id, entries.c.sealed, entries.c.created_at, entries.c.expires_at)
-        .where(entries.c.scope_id == sid, live(now))
-        .order_by(entries.c.created_at, entries.c.entry_id)
+        select(scoped.c.entry_id, scoped.c.sealed, scoped.c.created_at, scoped.c.expires_at)
+        .where(live(now, scoped))
+        .order_by(scoped.c.created_at, scoped.c.entry_id)
         .limit(limit + 1)
     )
     if after is not None:
         query = query.where(
-            tuple_(entries.c.created_at, entries.c.entry_id) > tuple_(literal(after[0]), literal(after[1]))
+            tuple_(scoped.c.created_at, scoped.c.entry_id) > tuple_(literal(after[0]), literal(after[1]))
         )
     keyring = asyncio.ensure_future(db.keys.store.fetch(sid))  # the subject's own read: never a kept keyring
     keyring.add_done_callback(sealing.retrieve)

@@ -10,7 +10,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, admit_label, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
-from kagent_memory_governed.schema import entries, live, scopes
+from kagent_memory_governed.schema import live, scope_rows, scopes
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, record, refuse
 from kagent_memory_governed.store.values import ErasureRecord, Grant, Status
@@ -75,7 +75,8 @@ async def grant(
 async def status(db: Database, key: ScopeKey) -> Status:
     sid = key.scope_id
     now = clock.now()
-    counted = select(func.count()).select_from(entries).where(entries.c.scope_id == sid, live(now)).scalar_subquery()
+    scoped = scope_rows(sid, "expires_at")
+    counted = select(func.count()).select_from(scoped).where(live(now, scoped)).scalar_subquery()
     async with db.transaction(durable=False) as conn:
         await admit_read(conn, sid, now, db.policy.control_reads_per_hour)
         row = (

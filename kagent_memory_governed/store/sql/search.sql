@@ -15,10 +15,14 @@ BEGIN
     WITH verdict AS (
         SELECT governed_memory.fence(s, p_generation, p_now) AS refusal
         FROM (VALUES (1)) AS one LEFT JOIN governed_memory.scopes AS s ON s.scope_id = p_scope
-    ), live AS MATERIALIZED (
+    ), scoped AS MATERIALIZED (
+        -- the scope's rows by the primary key alone, then the live ones: a cached generic plan must never
+        -- join the expiry index in (a bitmap over every live entry of every scope)
         SELECT e.entry_id, e.sealed, e.created_at, e.expires_at
         FROM verdict, governed_memory.entries AS e
-        WHERE verdict.refusal IS NULL AND e.scope_id = p_scope AND e.expires_at > p_now
+        WHERE verdict.refusal IS NULL AND e.scope_id = p_scope
+    ), live AS MATERIALIZED (
+        SELECT * FROM scoped WHERE scoped.expires_at > p_now
     ), recorded AS (
         INSERT INTO governed_memory.ledger (at, operation, result, reason, scope_id, generation, count)
         SELECT p_now, 'search', CASE WHEN v.refusal IS NULL THEN 'ok' ELSE 'refused' END, v.refusal, p_scope,

@@ -21,8 +21,11 @@ BEGIN
     v_refusal := governed_memory.fence(s, p_generation, p_now);
     IF v_refusal IS NULL THEN
         -- a statement of its own, after the lock: it sees what earlier lock holders committed
-        SELECT coalesce(array_agg(e.entry_id), '{}') INTO v_live
-        FROM governed_memory.entries AS e WHERE e.scope_id = p_scope AND e.expires_at > p_now;
+        -- the scope's rows by the primary key alone, then the live ones (search.sql says why)
+        WITH scoped AS MATERIALIZED (
+            SELECT e.entry_id, e.expires_at FROM governed_memory.entries AS e WHERE e.scope_id = p_scope
+        )
+        SELECT coalesce(array_agg(scoped.entry_id), '{}') INTO v_live FROM scoped WHERE scoped.expires_at > p_now;
         IF NOT v_live <@ p_known THEN
             RETURN QUERY SELECT 'keyring_stale'::text, NULL::uuid;
             RETURN;
