@@ -6,8 +6,7 @@ import asyncio
 import base64
 import uuid
 from collections.abc import Callable, Collection, Mapping
-from dataclasses import dataclass
-from typing import ParamSpec, Protocol, TypeVar
+from typing import NamedTuple, ParamSpec, Protocol, TypeVar
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
@@ -18,11 +17,11 @@ TOKEN_BYTES = 16
 SLOT = 16 + 8 + KEY_BYTES + TOKEN_BYTES  # entry id, generation, key, token
 
 
-@dataclass(frozen=True, slots=True)
-class EntryKey:
+class EntryKey(NamedTuple):
     """The key of one entry: ``key`` seals it and nothing else; ``token`` says which fact it holds (a digest,
     compared when a fact is saved again); ``generation`` is the consent generation it was written under, so an
-    erasure fenced at a later generation destroys it and no key written after that fence."""
+    erasure fenced at a later generation destroys it and no key written after that fence. A named tuple: a
+    keyring of 100 is unpacked on every search whose keyring is not kept."""
 
     key: bytes
     token: bytes
