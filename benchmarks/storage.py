@@ -1190,6 +1190,17 @@ async def side_by_side(
             loaded = json.loads(await processes[name].stdout.readline())
             assert loaded["loaded"] == scopes + runs, loaded
 
+        for arm in arms.values():  # as the main table's load: settled before anything is measured, so that
+            # autovacuum runs during no arm's measurements, and every arm plans with statistics
+            settle = await asyncpg.connect(
+                url.replace("postgresql+asyncpg://", "postgresql://").replace("/postgres?", f"/{arm['database']}?")
+            )
+            try:
+                await settle.execute("VACUUM (ANALYZE)")
+            finally:
+                await settle.close()
+        await admin.execute("CHECKPOINT")
+
         async def ask(name: str, op: str, count: int) -> dict:
             process = processes[name]
             process.stdin.write((json.dumps({"op": op, "runs": count}) + "\n").encode())
