@@ -17,12 +17,12 @@ from collections.abc import AsyncIterator, Callable
 
 import asyncpg
 import pytest
-from support import make_key, private_directory
+from support import KEY_STORE, make_key, private_directory
 
 # Each test process (each xdist worker) keeps its entry keys apart, never in the user's data directory: two
 # processes erasing scopes of the same name in their own databases must not destroy each other's keys. Set, not
 # defaulted: a worker inherits the environment of the process that started it, this setting included.
-os.environ["KAGENT_GOVERNED_MEMORY_KEY_STORE"] = f"file://{private_directory('keys')}"
+os.environ[KEY_STORE] = f"file://{private_directory('keys')}"
 
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store

@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from support import pod_environment
+from support import KEY_STORE, pod_environment
 
 from kagent_memory_governed import doctor
 from kagent_memory_governed.adk import runtime as runtime_module
@@ -112,7 +112,7 @@ async def test_a_bridge_key_that_is_not_a_readable_ed25519_key_fails(
 def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setattr(runtime_module, "_active", None)  # as in a process that was never activated
     monkeypatch.setenv("KAGENT_NAME", "Not_A_Valid_Name")
-    monkeypatch.delenv("KAGENT_GOVERNED_MEMORY_KEY_STORE")  # the suite's own (conftest): unset, as in a new pod
+    monkeypatch.delenv(KEY_STORE)  # the suite's own (conftest): unset, as in a new pod
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"entry_cap": 500}))
     settings = Settings(
