@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import struct
 import uuid
 from collections.abc import Callable, Collection, Mapping
 from typing import NamedTuple, ParamSpec, Protocol, TypeVar
+
+from asyncpg.pgproto.pgproto import UUID as _UUID
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
@@ -14,7 +17,8 @@ P = ParamSpec("P")
 T = TypeVar("T")
 KEY_BYTES = 32  # AES-256-GCM
 TOKEN_BYTES = 16
-SLOT = 16 + 8 + KEY_BYTES + TOKEN_BYTES  # entry id, generation, key, token
+_SLOT = struct.Struct(f">16sq{KEY_BYTES}s{TOKEN_BYTES}s")  # entry id, generation, key, token
+SLOT = _SLOT.size
 
 
 class EntryKey(NamedTuple):
@@ -38,6 +42,27 @@ class EntryKey(NamedTuple):
 
 
 Keyring = dict[uuid.UUID, EntryKey]
+
+
+def entry_id(value: bytes | str) -> uuid.UUID:
+    """An entry id read back from a key store, from its 16 bytes or its text: asyncpg's ``uuid.UUID`` (the class
+    every uuid column is read as), built in C in a twentieth of ``uuid.UUID``'s time; a keyring of 100 is read on
+    every search whose keyring is not kept. ``ValueError`` if it is not one."""
+    return _UUID(value)  # type: ignore[no-any-return]
+
+
+def pack_keyring(keyring: Keyring) -> bytes:
+    """A keyring as consecutive slots (entry id, then ``EntryKey.pack``)."""
+    return b"".join(entry.bytes + key.pack() for entry, key in keyring.items())
+
+
+def unpack_keyring(raw: bytes) -> Keyring:
+    """``pack_keyring``'s inverse; ``ValueError`` if ``raw`` is not whole slots."""
+    if len(raw) % SLOT:
+        raise ValueError("not a keyring")
+    return {
+        entry_id(entry): EntryKey(key, token, generation) for entry, generation, key, token in _SLOT.iter_unpack(raw)
+    }
 
 
 class KeyStore(Protocol):

@@ -16,14 +16,15 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kagent_memory_governed.keys.keyring import (
-    SLOT,
     EntryKey,
     Keyring,
     b64,
     covered,
     off_loop,
+    pack_keyring,
     unavailable,
     unb64,
+    unpack_keyring,
 )
 
 
@@ -101,11 +102,10 @@ class LocalKeyStore:
             plain = AESGCM(keks[version]).decrypt(nonce, sealed, scope.bytes)
         except InvalidTag:
             raise unavailable("keyring_unreadable") from None
-        slots = (plain[i : i + SLOT] for i in range(0, len(plain), SLOT))
-        return {uuid.UUID(bytes=slot[:16]): EntryKey.unpack(slot[16:]) for slot in slots}
+        return unpack_keyring(plain)
 
     def _save(self, scope: uuid.UUID, keyring: Keyring, version: int, kek: bytes, *, lasting: bool = True) -> None:
-        plain = b"".join(entry.bytes + key.pack() for entry, key in keyring.items())
+        plain = pack_keyring(keyring)
         nonce = os.urandom(12)
         sealed = AESGCM(kek).encrypt(nonce, plain, scope.bytes)
         self._write(self._path(scope), b"KMGK1" + version.to_bytes(4, "big") + nonce + sealed, lasting=lasting)

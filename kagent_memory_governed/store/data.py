@@ -113,13 +113,13 @@ async def search(
     except GovernedMemoryError:
         db.keys.cancel(sid, pending)
         raise
-    [found] = rows
-    if not found.entry_ids:  # nothing live: no key needed
+    if rows[0].entry_id is None:  # nothing live: no key needed
         db.keys.cancel(sid, pending)
         return [[] for _ in queries]
-    sealed_rows: list[sealing.SealedRow] = list(zip(*found[1:], strict=True))
-    keyring = await db.keys.ring(sid, generation, needs=found.entry_ids, task=pending)
-    batch = sealing.open_batch(sid, sealed_rows, keyring, ordered=True)
+    # unpacked, not by name: a hundred rows' attributes by name cost half a millisecond
+    sealed_rows: list[sealing.SealedRow] = [(entry, sealed, at, until) for _, entry, sealed, at, until in rows]
+    keyring = await db.keys.ring(sid, generation, needs=[row[0] for row in sealed_rows], task=pending)
+    batch = sealing.open_batch(sid, sealed_rows, keyring)
     ranked = sealing.rank(batch, queries, top_k=top_k, max_distance=1.0 - float(min_score))
     return [
         [

@@ -50,7 +50,7 @@ def _call(name: str, parameters: Mapping[str, TypeEngine[Any]], columns: tuple[s
     return select(*(table.c[column] for column in columns))
 
 
-SEARCH = _call("search", _SCOPE, ("refusal", "entry_ids", "sealed", "created_at", "expires_at"))
+SEARCH = _call("search", _SCOPE, ("refusal", "entry_id", "sealed", "created_at", "expires_at"))
 WRITE = _call(
     "write",
     _SCOPE

@@ -100,7 +100,7 @@ async def test_a_migrated_database_holds_exactly_the_source_of_every_function(fr
     assert replaced.keys() == installed.keys()  # no source declares another signature
 
 
-@pytest.mark.parametrize("revision", ["0011", "0009", "0008", "0007"])
+@pytest.mark.parametrize("revision", ["0012", "0011", "0009", "0008", "0007"])
 async def test_a_downgrade_restores_the_functions_that_revision_installed(fresh: str, revision: str):
     direct = await migrated(fresh, revision)
     conn = await asyncpg.connect(fresh.replace("postgresql+asyncpg://", "postgresql://"))

@@ -32,9 +32,9 @@ async def fresh_database(database_url: str, sql: asyncpg.Connection):
 
 
 async def test_migrate_reaches_head_and_is_idempotent(store: Store):
-    assert Store.head_revision() == "0012"
-    assert await store.migrate() == "0012"
-    assert await store.migrate() == "0012"
+    assert Store.head_revision() == "0013"
+    assert await store.migrate() == "0013"
+    assert await store.migrate() == "0013"
     await store.check_ready()
 
 
@@ -45,7 +45,7 @@ async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: 
             await first.check_ready()
         assert refused.value.reason is Reason.SCHEMA_MISSING
         assert await first.revision() is None
-        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0012", "0012"]  # replicas race safely
+        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0013", "0013"]  # replicas race safely
         await first.check_ready()
     finally:
         await first.close()
@@ -114,7 +114,7 @@ async def test_migrate_seals_entries_an_earlier_version_stored_in_plain_text(fre
             key.scope_id,
             str(vector),
         )
-        assert await store.migrate() == "0012"
+        assert await store.migrate() == "0013"
         row = await sql.fetchrow("SELECT text, embedding, sealed FROM governed_memory.entries")
         assert (row["text"], row["embedding"]) == (None, None) and len(row["sealed"]) > 3000
         await store.check_ready()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import base64
+import uuid
 from datetime import UTC, datetime, timedelta
 
+import numpy
 import pytest
 from freezegun import freeze_time
 from support import facts, make_key, refusal
 
 from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.policy import admit_embedding
 from kagent_memory_governed.scope import Origin, ScopeKey
-from kagent_memory_governed.store import Store
+from kagent_memory_governed.store import Store, sealing
 from kagent_memory_governed.testing import embed
 
 SECRET = "alice keeps her spare key under the blue flowerpot"
@@ -89,6 +92,52 @@ async def test_a_cursor_from_another_scope_or_forged_is_refused(store: Store, co
         42,
     ):
         assert await refusal(store.inspect(key, cursor=forged)) is Reason.BAD_INPUT
+
+
+def _batch_of(rows: numpy.ndarray) -> sealing.Batch:
+    ids = sorted(uuid.uuid4() for _ in rows)
+    never = [datetime(2030, 1, 1, tzinfo=UTC)] * len(rows)
+    admitted = numpy.stack([admit_embedding(row) for row in rows])  # only what a write would store
+    return sealing.Batch(ids, [b"fact"] * len(rows), admitted, never, never)
+
+
+def _exact(batch: sealing.Batch, query: numpy.ndarray, top_k: int, max_distance: float) -> list[tuple[int, float]]:
+    """The definition: every entry's cosine distance in double precision (each entry's is the same whichever others
+    are computed beside it), nearest first, ties by entry id."""
+    distances = sealing._distances(query, batch.matrix)
+    order = numpy.argsort(distances, kind="stable")[:top_k]
+    return [(int(i), float(distances[i])) for i in order if distances[i] <= max_distance]
+
+
+def _rows(kind: str, rng: numpy.random.Generator) -> numpy.ndarray:
+    base = rng.standard_normal(768)
+    if kind == "topics":
+        return numpy.stack([base + 0.3 * rng.standard_normal(768) for _ in range(100)])
+    if kind == "near ties":  # distances a few ulps of single precision apart: its pass alone cannot order them
+        return numpy.stack([base + 1e-6 * rng.standard_normal(768) for _ in range(100)])
+    if kind == "duplicates":
+        return numpy.stack([base if i % 3 else base + rng.standard_normal(768) for i in range(100)])
+    # norms at both ends of what admission takes: squares near the least normal float and near its largest
+    scales = rng.choice([1e-20, 1e-18, 1e-16, 1.0, 1e16, 5e17], size=100)
+    rows = numpy.stack([s * (base + 0.3 * rng.standard_normal(768)) for s in scales])
+    rows[rng.integers(100)] = numpy.eye(768)[0] * 1.8e19  # a squared norm near the largest admitted
+    return rows
+
+
+@pytest.mark.parametrize("kind", ["topics", "near ties", "duplicates", "extreme norms"])
+def test_ranking_in_the_process_is_exact_cosine_in_double_precision_with_ties_by_entry_id(kind: str) -> None:
+    rng = numpy.random.default_rng(29)
+    for _ in range(20):
+        rows = _rows(kind, rng)
+        batch = _batch_of(rows)
+        queries = [(rows[rng.integers(100)] + 1e-6 * rng.standard_normal(768)).astype(numpy.float32)]
+        scaled = (rng.choice([1e-20, 1e-17, 1.0, 1e16]) * rng.standard_normal(768) for _ in range(7))
+        queries += [admit_embedding(query) for query in scaled]
+        for top_k, max_distance in ((5, 2.0), (1, 2.0), (100, 2.0), (5, 0.5)):
+            ranked = sealing.rank(batch, queries, top_k=top_k, max_distance=max_distance)
+            for query, found in zip(queries, ranked, strict=True):
+                expected = _exact(batch, query, top_k, max_distance)
+                assert found == expected
 
 
 async def test_search_returns_the_nearest_entries_above_the_minimum_score(store: Store, key: ScopeKey):

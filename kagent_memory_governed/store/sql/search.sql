@@ -1,10 +1,10 @@
 -- The live entries of a scope, sealed, for the process to open and rank (store/sealing.py): fence and entries in
--- one snapshot, and one ledger row counting the entries read. One row: the refusal, or the entries as arrays in
--- entry-id order. No query vector reaches the database.
+-- one snapshot, and one ledger row counting the entries read. A row an entry, in no particular order, each with
+-- the refusal NULL; refused, or nothing live, one row of the refusal (or NULL) and NULLs. Rows, not arrays: as
+-- four arrays, a scope's 300 KB of ciphertext cost the server about a millisecond more to build and send. No query
+-- vector reaches the database.
 CREATE OR REPLACE FUNCTION governed_memory.search(p_scope uuid, p_generation bigint, p_now timestamptz)
-RETURNS TABLE (
-    refusal text, entry_ids uuid[], sealed bytea[], created_at timestamptz[], expires_at timestamptz[]
-)
+RETURNS TABLE (refusal text, entry_id uuid, sealed bytea, created_at timestamptz, expires_at timestamptz)
 LANGUAGE plpgsql
 SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -29,8 +29,6 @@ BEGIN
             p_generation, CASE WHEN v.refusal IS NULL THEN (SELECT count(*) FROM live) END
         FROM verdict AS v
     )
-    SELECT v.refusal, array_agg(l.entry_id ORDER BY l.entry_id), array_agg(l.sealed ORDER BY l.entry_id),
-        array_agg(l.created_at ORDER BY l.entry_id), array_agg(l.expires_at ORDER BY l.entry_id)
-    FROM verdict AS v LEFT JOIN live AS l ON true GROUP BY v.refusal;
+    SELECT v.refusal, l.entry_id, l.sealed, l.created_at, l.expires_at FROM verdict AS v LEFT JOIN live AS l ON true;
 END
 $$;
