@@ -14,7 +14,7 @@ from urllib.parse import quote, urlsplit
 
 import h11
 
-from kagent_memory_governed.keys.keyring import EntryKey, Keyring, b64, covered, unavailable, unb64
+from kagent_memory_governed.keys.keyring import EntryKey, Keyring, b64, covered, entry_id, unavailable, unb64
 
 
 class OpenBaoKeyStore:
@@ -22,9 +22,9 @@ class OpenBaoKeyStore:
     one field a key (the entry id, hex: its generation, key and token, base64url). A key is added with a JSON merge
     patch (the server serializes patches of one secret, so concurrent saves never lose one); an erasure writes the
     keyring without the erased keys and then **destroys every earlier version** of the secret, so the server keeps
-    no copy from which they could be read (``destroyed`` checks both). The server stores secrets sealed under its
-    barrier key: that is the key-encryption key, rotated with ``bao operator rotate`` (``sys/rotate``) without
-    rewriting any secret or entry.
+    no copy from which they could be read (``destroyed`` checks the keyring and every version the server still
+    keeps). The server stores secrets sealed under its barrier key: that is the key-encryption key, rotated with
+    ``bao operator rotate`` (``sys/rotate``) without rewriting any secret or entry.
 
     The token needs ``create``, ``read``, ``update`` and ``patch`` on ``<mount>/data/*``, ``read`` on
     ``<mount>/metadata/*`` and ``update`` on ``<mount>/destroy/*``; a token file (``@/path``) is read again
@@ -126,11 +126,7 @@ class OpenBaoKeyStore:
         if status != 200:
             raise unavailable(f"status_{status}")
         data = answer["data"]
-        try:
-            keyring = {uuid.UUID(hex=name): EntryKey.unpack(unb64(value)) for name, value in data["data"].items()}
-        except (ValueError, TypeError, AttributeError):
-            raise unavailable("keyring_unreadable") from None
-        return int(data["metadata"]["version"]), keyring
+        return int(data["metadata"]["version"]), _keyring(data)
 
     async def fetch(self, scope: uuid.UUID) -> Keyring:
         return (await self._read(scope))[1]
@@ -201,7 +197,21 @@ class OpenBaoKeyStore:
         keyring = await self.fetch(scope)
         if any(covered(e, k, entries, before) for e, k in keyring.items()):
             return False
-        return not await self._earlier(scope)
+        for version in await self._earlier(scope):  # a copy the server keeps must hold none of them either
+            kept = await self._version(scope, version)
+            if kept is None or any(covered(e, k, entries, before) for e, k in kept.items()):
+                return False
+        return True
+
+    async def _version(self, scope: uuid.UUID, version: int) -> Keyring | None:
+        """The keyring an earlier version of the scope's secret holds; ``None`` if the server keeps that version
+        but does not show it (deleted, not destroyed: it can be undeleted), so it cannot be said to hold nothing."""
+        status, answer = await self._call("GET", self._at("data", scope) + f"?version={version}")
+        if status == 404:
+            return None
+        if status != 200:
+            raise unavailable(f"status_{status}")
+        return _keyring(answer["data"])
 
     async def check(self) -> None:
         status, answer = await self._call("GET", f"/v1/{quote(self._mount)}/config")
@@ -220,6 +230,14 @@ class OpenBaoKeyStore:
         status, _ = await self._call("POST", "/v1/sys/rotate", {})
         if status not in (200, 204):
             raise unavailable(f"status_{status}")
+
+
+def _keyring(data: dict[str, Any]) -> Keyring:
+    """The keyring in a version of a scope's secret as the server returns it (``data``: its fields, ``metadata``)."""
+    try:
+        return {entry_id(name): EntryKey.unpack(unb64(value)) for name, value in data["data"].items()}
+    except (ValueError, TypeError, AttributeError):
+        raise unavailable("keyring_unreadable") from None
 
 
 def _read_token(setting: str) -> str:

@@ -199,15 +199,28 @@ async def _clear(
 async def _destroy_keys(db: Database, sid: uuid.UUID, generation: int, entry_id: uuid.UUID | None) -> None:
     """Destroy the keys this erasure covers, then verify the key store can give none of them back: the entry's,
     or every key written before the fence at ``generation`` (never one written after it, so a late run of a
-    settled erasure cannot touch a new grant's entries). First, while the fence keeps every reader out: from
-    then on no copy of the entries, anywhere, can be opened, whatever happens to the delete that follows."""
+    settled erasure cannot touch a new grant's entries); verified for every key written before the fence, or, while
+    writers the fence refused keep storing keys of their own, for the keys of every row the erasure deletes. First,
+    while the fence keeps every reader out: from then on no copy of the entries, anywhere, can be opened, whatever
+    happens to the delete that follows."""
     covered = {"entries": [entry_id]} if entry_id is not None else {"before": generation}
     for _ in range(3):  # a write admitted before the fence may store its key after a destroy; its statement is
         # then refused by the fence, so that key never opens anything, but it is destroyed all the same
         await db.keys.store.destroy(sid, **covered)
         if await db.keys.store.destroyed(sid, **covered):
             return
+    # Writers fenced out keep storing such keys. What must be gone are the keys of the rows this erasure deletes:
+    # each was stored before its row was committed, so before the fence, so before the first destroy above, which
+    # reached it (a row already deleted had its key destroyed before its delete).
+    if entry_id is None and await db.keys.store.destroyed(sid, entries=await _held(db, sid, generation)):
+        return
     raise GovernedMemoryError(Reason.ERASURE_FAILED)
+
+
+async def _held(db: Database, sid: uuid.UUID, generation: int) -> list[uuid.UUID]:
+    """The scope's rows written before the fence at ``generation``: what the erasure deletes."""
+    rows = await db.call(select(entries.c.entry_id).where(entries.c.scope_id == sid, entries.c.generation < generation))
+    return [row.entry_id for row in rows]
 
 
 async def _mark_failed(

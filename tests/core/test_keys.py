@@ -24,6 +24,7 @@ from support import facts, free_port, private_directory, refusal
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.keys import EntryKey, LocalKeyStore, OpenBaoKeyStore, check_url
+from kagent_memory_governed.keys.keyring import b64
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store, functions
@@ -126,6 +127,13 @@ async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao:
         _bao(openbao.address, openbao.token, "GET", f"/v1/kmg/data/{scope}?version=1")
     assert gone.value.code == 404
     assert await keys.destroyed(scope, entries=[entry])
+    # a version written past ``destroy`` keeps an earlier one: a copy, destroyed only if it holds no such key
+    held, other = uuid.uuid4(), uuid.uuid4()
+    await keys.store(scope, {held: _key()})
+    _bao(openbao.address, openbao.token, "POST", f"/v1/kmg/data/{scope}", {"data": {other.hex: b64(_key().pack())}})
+    assert held not in await keys.fetch(scope)
+    assert not await keys.destroyed(scope, entries=[held])
+    assert await keys.destroyed(scope, entries=[entry])
 
 
 async def test_the_store_over_openbao_seals_recalls_and_erases_by_destroying_keys(
@@ -223,6 +231,66 @@ async def test_an_erasure_killed_after_its_keys_were_destroyed_is_completed_by_s
     await store.sweep()
     status = await store.status(key)
     assert (status.enabled, status.last_erasure.result, status.entries) == (False, Erasure.VERIFIED, 0)
+
+
+class _Beside:
+    """A key store with writers beside it that an erasure's fence refused: each keeps storing the key of its next
+    write under the old generation, one after every destroy, through every verification (``stale``); or, with
+    ``destroying=False``, a key store that destroys nothing."""
+
+    def __init__(self, inner, *, destroying: bool = True) -> None:
+        self.inner, self.destroying, self.generation, self.stale = inner, destroying, 0, set()
+
+    def __getattr__(self, name: str):
+        return getattr(self.inner, name)
+
+    async def destroy(self, scope: uuid.UUID, **covered) -> None:
+        if self.destroying:
+            await self.inner.destroy(scope, **covered)
+        if self.generation:
+            late = {uuid.uuid4(): _key(self.generation)}
+            self.stale |= late.keys()
+            await self.inner.store(scope, late)
+
+
+async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_keys(
+    key_store, store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
+):
+    """Those keys belong to writes the fence refuses, so they open nothing; what must be gone are the keys of
+    the rows the erasure deletes. Before, the erasure failed closed whenever the writers outlasted its three
+    destroy-and-verify rounds."""
+    beside = _Beside(key_store)
+    replica = Store.connect(database_url, Policy(), keys=beside)
+    try:
+        generation = (await replica.grant(key, purpose="assist", policy_version="v1")).generation
+        written = await replica.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+        beside.generation = generation
+        await replica.forget_all(key)
+        status = await replica.status(key)
+        assert (status.enabled, status.last_erasure.result, status.entries) == (True, Erasure.VERIFIED, 0)
+        assert await key_store.destroyed(key.scope_id, entries=written)
+        assert len(beside.stale) >= 3  # the writers outlasted every round of destroy and verify
+        assert set(await key_store.fetch(key.scope_id)) <= beside.stale  # keys of rows that never were
+        assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries WHERE scope_id = $1", key.scope_id) == 0
+    finally:
+        await replica.close()
+
+
+async def test_an_erasure_whose_keys_survive_fails_closed_however_it_is_verified(
+    key_store, store: Store, database_url: str, key: ScopeKey
+):
+    beside = _Beside(key_store, destroying=False)
+    replica = Store.connect(database_url, Policy(), keys=beside)
+    try:
+        generation = (await replica.grant(key, purpose="assist", policy_version="v1")).generation
+        written = await replica.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+        beside.generation = generation
+        assert await refusal(replica.off(key)) is Reason.ERASURE_FAILED
+        status = await replica.status(key)  # tries to complete it first, and cannot
+        assert (status.enabled, status.last_erasure.result, status.entries) == (False, Erasure.FAILED, 2)
+        assert set(written) <= set(await key_store.fetch(key.scope_id))
+    finally:
+        await replica.close()
 
 
 async def _rows(sql: asyncpg.Connection, key: ScopeKey) -> list[tuple]:
