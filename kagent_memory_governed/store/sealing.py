@@ -97,8 +97,8 @@ class Batch:
 
 def open_batch(scope: uuid.UUID, rows: Iterable[SealedRow], keyring: Keyring) -> Batch:
     """The rows (``entry_id``, ``sealed``, ``created_at``, ``expires_at``) that ``keyring`` opens, in entry-id
-    order. A row without its key (its erasure or expiry is under way, or the key
-    store lost it) or whose ciphertext does not authenticate is left out: never shown, never guessed."""
+    order. A row without its key (its erasure or expiry is under way, or the key store lost it) or whose
+    ciphertext does not authenticate is left out: never shown, never guessed."""
     prefix = _ENTRY + scope.bytes
     listed = sorted(rows, key=_by_id)
     matrix = numpy.empty((max(len(listed), 1), EMBEDDING_DIMENSIONS), dtype="<f4")
