@@ -134,6 +134,10 @@ async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao:
     assert held not in await keys.fetch(scope)
     assert not await keys.destroyed(scope, entries=[held])
     assert await keys.destroyed(scope, entries=[entry])
+    # deleted but not destroyed, a version can be undeleted: it cannot be said to hold nothing
+    current = _bao(openbao.address, openbao.token, "GET", f"/v1/kmg/metadata/{scope}")["data"]["current_version"]
+    _bao(openbao.address, openbao.token, "POST", f"/v1/kmg/delete/{scope}", {"versions": [current - 1]})
+    assert not await keys.destroyed(scope, entries=[entry])
 
 
 async def test_the_store_over_openbao_seals_recalls_and_erases_by_destroying_keys(
