@@ -75,6 +75,12 @@ def openbao() -> Iterator[SimpleNamespace]:
         server.wait(10)
 
 
+@pytest.fixture
+def database_url(database_url: str, store: Store) -> str:
+    """The suite's database, migrated (by the session's store) before a test connects a store of its own."""
+    return database_url
+
+
 @pytest.fixture(params=["local", "openbao"])
 def key_store(request: pytest.FixtureRequest, tmp_path: Path):
     if request.param == "local":
@@ -258,7 +264,7 @@ class _Beside:
 
 
 async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_keys(
-    key_store, store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
+    key_store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
 ):
     """Those keys belong to writes the fence refuses, so they open nothing; what must be gone are the keys of
     the rows the erasure deletes. Before, the erasure failed closed whenever the writers outlasted its three
@@ -281,7 +287,7 @@ async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_k
 
 
 async def test_an_erasure_whose_keys_survive_fails_closed_however_it_is_verified(
-    key_store, store: Store, database_url: str, key: ScopeKey
+    key_store, database_url: str, key: ScopeKey
 ):
     beside = _Beside(key_store, destroying=False)
     replica = Store.connect(database_url, Policy(), keys=beside)
