@@ -17,7 +17,9 @@ P = ParamSpec("P")
 T = TypeVar("T")
 KEY_BYTES = 32  # AES-256-GCM
 TOKEN_BYTES = 16
-_SLOT = struct.Struct(f">16sq{KEY_BYTES}s{TOKEN_BYTES}s")  # entry id, generation, key, token
+_PACKED = f"q{KEY_BYTES}s{TOKEN_BYTES}s"  # generation, key, token
+_KEY = struct.Struct(">" + _PACKED)
+_SLOT = struct.Struct(">16s" + _PACKED)  # the entry id, then its key
 SLOT = _SLOT.size
 
 
@@ -32,13 +34,14 @@ class EntryKey(NamedTuple):
     generation: int
 
     def pack(self) -> bytes:
-        return self.generation.to_bytes(8, "big", signed=True) + self.key + self.token
+        return _KEY.pack(self.generation, self.key, self.token)
 
     @classmethod
     def unpack(cls, raw: bytes) -> EntryKey:
-        if len(raw) != 8 + KEY_BYTES + TOKEN_BYTES:
+        if len(raw) != _KEY.size:
             raise ValueError("not an entry key")
-        return cls(raw[8 : 8 + KEY_BYTES], raw[8 + KEY_BYTES :], int.from_bytes(raw[:8], "big", signed=True))
+        generation, key, token = _KEY.unpack(raw)
+        return cls(key, token, generation)
 
 
 Keyring = dict[uuid.UUID, EntryKey]
@@ -53,7 +56,7 @@ def entry_id(value: bytes | str) -> uuid.UUID:
 
 def pack_keyring(keyring: Keyring) -> bytes:
     """A keyring as consecutive slots (entry id, then ``EntryKey.pack``)."""
-    return b"".join(entry.bytes + key.pack() for entry, key in keyring.items())
+    return b"".join(_SLOT.pack(entry.bytes, key.generation, key.key, key.token) for entry, key in keyring.items())
 
 
 def unpack_keyring(raw: bytes) -> Keyring:
