@@ -48,6 +48,7 @@ class Reason(StrEnum):
     SCHEMA_NEWER = "schema_newer"
     UNSUPPORTED_DATABASE = "unsupported_database"
     KEY_UNAVAILABLE = "key_unavailable"  # the key store cannot be reached or refused: nothing is read or written
+    KEY_STORE_MISMATCH = "key_store_mismatch"  # the key store serves another database (or none yet): run nothing
     KEYRING_STALE = "keyring_stale"  # internal to the store: a write saw a live entry its keyring lacked; retried
 
 

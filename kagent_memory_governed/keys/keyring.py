@@ -47,6 +47,15 @@ class EntryKey(NamedTuple):
 Keyring = dict[uuid.UUID, EntryKey]
 
 
+class Binding(NamedTuple):
+    """Which key store this is and which memory database it serves: both recorded once, in the key store and in
+    the database (``store/binding.py`` compares them), so a key store never "verifies" erasures of keys it never
+    held."""
+
+    key_store: uuid.UUID
+    database: uuid.UUID
+
+
 def entry_id(value: bytes | str) -> uuid.UUID:
     """An entry id read back from a key store, from its 16 bytes or its text: asyncpg's ``uuid.UUID`` (the class
     every uuid column is read as), built in C in a twentieth of ``uuid.UUID``'s time; a keyring of 100 is read on
@@ -95,6 +104,16 @@ class KeyStore(Protocol):
 
     async def check(self) -> None:
         """Refuse (``key_unavailable``) unless the store can serve: reachable, authorized, configured."""
+        ...
+
+    async def bound(self) -> Binding | None:
+        """The binding this key store recorded (its own id and the memory database it serves), or ``None`` before
+        its first ``bind``. Writes nothing."""
+        ...
+
+    async def bind(self, database: uuid.UUID) -> Binding:
+        """Record that this key store serves ``database``, under a fresh id of its own, unless it already records
+        a binding; returns the binding recorded (the first writer's: never overwritten, whatever ``database``)."""
         ...
 
     async def close(self) -> None: ...
