@@ -4,21 +4,23 @@ and the content-free counts the health gauges report."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from importlib.resources import files
 
 import numpy
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import Text, column, exists, func, select, table, text, update
+from sqlalchemy import ColumnElement, Text, column, exists, func, select, table, text, update
 from sqlalchemy.engine import Connection
 from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
 
 from kagent_memory_governed.consent import Erasure
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Reason, Result
 from kagent_memory_governed.keys import EntryKey
-from kagent_memory_governed.schema import SCHEMA, entries, scopes
-from kagent_memory_governed.store.database import Database
+from kagent_memory_governed.schema import SCHEMA, entries, ledger, scopes
+from kagent_memory_governed.store.database import _DATABASE_ERRORS, Database, cause_of, record
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
 MIN_PGVECTOR = (0, 7, 0)
@@ -81,8 +83,29 @@ _SEALING = "0011"
 async def seal_plain_entries(db: Database, *, batch: int = 500) -> int:
     """Seal every entry an earlier version stored in plain text (migration 0011), ``batch`` at a time: a key for
     each, stored in the key store first, then the row's text and embedding replaced by their ciphertext (the
-    one change the immutability trigger allows). Idempotent; returns how many were sealed. What those rows were
-    before stays in WAL, replicas and backups taken earlier, for their own retention (docs/privacy.md)."""
+    one change the immutability trigger allows), the batch recorded in the ledger (``seal_entries``, a count).
+
+    Then, while a sealing is recorded after the last rewrite (this run's, or one a crash stopped before its
+    rewrite), the entries table is rewritten (``VACUUM FULL``: heap, TOAST and indexes into new files, the old
+    ones emptied) and checkpointed if the role may (superuser or ``pg_checkpoint``), so that no row version from
+    before the sealing is left in the live data files; recorded as ``rewrite_entries``. Refuses
+    ``schema_outdated`` (``rewrite_blocked``) when the rewrite had to keep row versions a transaction still open
+    from before the sealing may see: run ``migrate`` again once it has ended. All of it under the migration
+    lock: replicas migrating at once take turns. Idempotent; a database with nothing to seal rewrites nothing.
+    Returns how many were sealed. What those rows were stays in the WAL written up to the rewrite, and in every
+    archive, replica's WAL and backup taken from it (docs/privacy.md)."""
+    async with _migration_session(db) as session:
+        total = await _seal(db, batch)
+        if await _rewrite_due(session):
+            await _rewrite(session)
+        return total
+
+
+_SEALED = "seal_entries"  # the ledger's record of a sealing batch: a rewrite is due after it
+_REWRITTEN = "rewrite_entries"  # the ledger's record of a rewrite that kept no row version from before it
+
+
+async def _seal(db: Database, batch: int) -> int:
     from kagent_memory_governed.store import sealing
 
     total = 0
@@ -112,9 +135,65 @@ async def seal_plain_entries(db: Database, *, batch: int = 500) -> int:
                         .where(entries.c.scope_id == scope, entries.c.entry_id == entry)
                         .values(sealed=sealed, text=None, embedding=None)
                     )
+            if rows:  # committed with the batch: a crash before the rewrite leaves it due
+                await record(conn, _SEALED, Result.OK, count=len(rows))
         total += len(rows)
         if len(rows) < batch:
             return total
+
+
+@asynccontextmanager
+async def _migration_session(db: Database) -> AsyncIterator[AsyncConnection]:
+    """A connection of its own holding the migration lock for its session: autocommit (``VACUUM`` runs in no
+    transaction block), with no statement or lock timeout (a rewrite takes what the table needs; another
+    replica's is waited for). Discarded afterwards, so neither the lock nor the settings outlive it."""
+    try:
+        async with db.engine.connect() as conn:
+            await conn.execution_options(isolation_level="AUTOCOMMIT")
+            try:
+                await conn.execute(text("SET statement_timeout = 0"))
+                await conn.execute(text("SET lock_timeout = 0"))
+                await conn.execute(select(func.pg_advisory_lock(_MIGRATION_LOCK)))
+                yield conn
+            finally:
+                await conn.invalidate()  # the session ends: its lock is released
+    except GovernedMemoryError:
+        raise
+    except _DATABASE_ERRORS as error:
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
+
+
+async def _rewrite_due(conn: AsyncConnection) -> bool:
+    """Whether a sealing is recorded after the last rewrite. Both records have no scope: read through the
+    ledger's scope index among the few such rows (sweeps), not the whole ledger."""
+
+    def last(operation: str) -> ColumnElement[int]:
+        return func.coalesce(func.max(ledger.c.ledger_id).filter(ledger.c.operation == operation), 0)
+
+    due = select(last(_SEALED) > last(_REWRITTEN)).where(
+        ledger.c.scope_id.is_(None), ledger.c.operation.in_((_SEALED, _REWRITTEN))
+    )
+    return bool(await conn.scalar(due))
+
+
+async def _rewrite(conn: AsyncConnection, *, attempts: int = 2) -> None:
+    """``VACUUM FULL`` of the entries table until it kept no row version that is not a row (a second attempt
+    absorbs entries erased meanwhile), then a checkpoint if the role may; recorded. A rewrite copies every row
+    version an open snapshot may still see, and a plain ``VACUUM`` after it counts those it cannot remove."""
+    for _ in range(attempts):
+        before = await conn.scalar(text("SELECT pg_relation_filenode('governed_memory.entries')"))
+        await conn.execute(text("VACUUM FULL governed_memory.entries"))
+        after = await conn.scalar(text("SELECT pg_relation_filenode('governed_memory.entries')"))
+        if after == before:  # PostgreSQL skips, with a warning only, a table this role may not vacuum
+            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="permission_denied")
+        await conn.execute(text("VACUUM governed_memory.entries"))  # it sets the table's dead-tuple count
+        if not await conn.scalar(text("SELECT pg_stat_get_dead_tuples('governed_memory.entries'::regclass)")):
+            break
+    else:
+        raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause="rewrite_blocked")
+    if await conn.scalar(text("SELECT pg_has_role('pg_checkpoint', 'USAGE')")):  # superusers too
+        await conn.execute(text("CHECKPOINT"))  # the rewritten files on disk, the emptied ones unlinked
+    await record(conn, _REWRITTEN, Result.OK)
 
 
 def _target(scripts: ScriptDirectory, to: str) -> str:
