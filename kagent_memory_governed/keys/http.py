@@ -1,0 +1,166 @@
+"""HTTP/1.1 to a key store's server (OpenBao): h11 on the event loop with kept connections. Every answer is
+bounded (``MAX_ANSWER``, refused from its announced length or as soon as it grows past it, without reading
+on) and read as one JSON object; anything else, and every failure, is ``key_unavailable`` with a content-free
+cause. No text of the server's ever reaches a cause."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import ssl
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import h11
+
+from kagent_memory_governed.keys.keyring import unavailable
+
+MAX_ANSWER = 4 * 1024 * 1024  # a keyring of 10 000 keys is under 1 MiB
+TIMEOUT = 10.0  # seconds, one exchange
+
+
+class _Refused(Exception):
+    """An answer this client does not read: larger than ``MAX_ANSWER``, or not HTTP/1.1."""
+
+
+class Client:
+    """Requests to ``address`` with the token ``token`` (or ``@/path``: a file, read again whenever the server
+    refuses the token, so an agent that renews it needs no restart). The constructor refuses, content-free, a
+    token file or a CA file (``ca_file``, for https) it cannot use."""
+
+    def __init__(self, address: str, token: str, *, ca_file: Path | None = None, pool: int = 8) -> None:
+        parts = urlsplit(address)
+        self._tls = parts.scheme == "https"
+        self._host, self._port = parts.hostname or "", parts.port or (443 if self._tls else 80)
+        self._token_setting = token
+        self._token = _read_token(token)
+        self._context = _tls_context(ca_file) if self._tls else None
+        self._idle: list[tuple[asyncio.StreamReader, asyncio.StreamWriter, h11.Connection]] = []
+        self._pool = pool
+
+    # HTTP/1.1 with keep-alive on the event loop (h11): no thread to wake per call, and a third of an HTTP
+    # library's cost per request
+
+    async def _open(self) -> tuple[asyncio.StreamReader, asyncio.StreamWriter, h11.Connection]:
+        if self._idle:
+            return self._idle.pop()
+        reader, writer = await asyncio.open_connection(
+            self._host, self._port, ssl=self._context, server_hostname=self._host if self._tls else None
+        )
+        return reader, writer, h11.Connection(h11.CLIENT)
+
+    async def _exchange(self, method: str, path: str, payload: bytes | None, content_type: str) -> tuple[int, bytes]:
+        reader, writer, state = await self._open()
+        try:
+            headers = [("Host", self._host), ("X-Vault-Token", self._token), ("Content-Type", content_type)]
+            headers.append(("Content-Length", str(len(payload or b""))))
+            wire = state.send(h11.Request(method=method, target=path, headers=headers))
+            wire += state.send(h11.Data(data=payload)) if payload else b""
+            wire += state.send(h11.EndOfMessage())
+            writer.write(wire)
+            await writer.drain()
+            status, body = 0, bytearray()
+            while True:
+                event = state.next_event()
+                if event is h11.NEED_DATA:
+                    state.receive_data(await reader.read(65536))
+                elif isinstance(event, h11.Response):
+                    status = event.status_code
+                    if any(name == b"content-length" and int(value) > MAX_ANSWER for name, value in event.headers):
+                        raise _Refused  # announced too large: not one byte of it is read
+                elif isinstance(event, h11.Data):
+                    body += event.data
+                    if len(body) > MAX_ANSWER:
+                        raise _Refused
+                elif isinstance(event, h11.EndOfMessage):
+                    break
+                elif isinstance(event, h11.ConnectionClosed):
+                    raise ConnectionResetError
+        except BaseException:
+            writer.close()
+            raise
+        if state.our_state is h11.DONE and state.their_state is h11.DONE and len(self._idle) < self._pool:
+            state.start_next_cycle()
+            self._idle.append((reader, writer, state))
+        else:
+            writer.close()
+        return status, bytes(body)
+
+    async def call(
+        self, method: str, path: str, body: object | None = None, *, merge: bool = False
+    ) -> tuple[int, dict[str, Any]]:
+        """The status and the JSON object of the answer (``{}`` when empty). Refuses ``permission_denied`` (403),
+        ``sealed`` (503), ``status_<code>`` (401, 429, 5xx) and ``bad_response``: not JSON, not an object, too
+        large, not HTTP/1.1."""
+        content_type = "application/merge-patch+json" if merge else "application/json"
+        payload = None if body is None else json.dumps(body).encode()
+        for attempt in (1, 2, 3):
+            try:
+                status, raw = await asyncio.wait_for(self._exchange(method, path, payload, content_type), TIMEOUT)
+            except ssl.SSLCertVerificationError:
+                raise unavailable("tls_untrusted_certificate") from None
+            except (_Refused, h11.RemoteProtocolError):
+                raise unavailable("bad_response") from None
+            except (OSError, h11.ProtocolError, TimeoutError) as error:
+                if attempt == 3:
+                    raise unavailable(_transport_cause(error)) from None
+                continue  # a kept connection the server closed meanwhile: again on a new one
+            if status == 403 and attempt == 1 and self._token_setting.startswith("@"):
+                self._token = _read_token(self._token_setting)  # a renewed token file
+                continue
+            break
+        if status == 403:
+            raise unavailable("permission_denied")
+        if status >= 500 or status in (401, 429):
+            raise unavailable("sealed" if status == 503 else f"status_{status}")
+        try:
+            answer = json.loads(raw) if raw else {}
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth
+            raise unavailable("bad_response") from None
+        if not isinstance(answer, dict):
+            raise unavailable("bad_response")
+        return status, answer
+
+    async def close(self) -> None:
+        while self._idle:
+            self._idle.pop()[1].close()
+
+
+def _read_token(setting: str) -> str:
+    """The token itself, or read from the file ``@/path`` names; ``token_unreadable`` if that file cannot be
+    read, ``token_malformed`` if the token is empty or not printable ASCII (it goes in a header)."""
+    token = setting
+    if setting.startswith("@"):
+        try:
+            token = Path(setting[1:]).read_text("utf-8").strip()
+        except (OSError, ValueError):
+            raise unavailable("token_unreadable") from None
+    if not token or not all(33 <= ord(c) < 127 for c in token):
+        raise unavailable("token_malformed")
+    return token
+
+
+def _tls_context(ca_file: Path | None) -> ssl.SSLContext:
+    """The system's roots, or those of ``ca_file``: ``ca_unreadable`` if it cannot be read, ``ca_not_a_certificate``
+    if it holds no certificate."""
+    try:
+        return ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
+    except ssl.SSLError:  # before OSError: an ``SSLError`` is one
+        raise unavailable("ca_not_a_certificate") from None
+    except (OSError, ValueError):
+        raise unavailable("ca_unreadable") from None
+
+
+def _transport_cause(error: BaseException) -> str:
+    if isinstance(error, ssl.SSLCertVerificationError):
+        return "tls_untrusted_certificate"
+    if isinstance(error, ssl.SSLError):
+        return "tls_handshake_failed"
+    if isinstance(error, ConnectionRefusedError):
+        return "connection_refused"
+    if isinstance(error, TimeoutError):  # asyncio.TimeoutError is TimeoutError since Python 3.11
+        return "timeout"
+    if isinstance(error, h11.ProtocolError):
+        return "bad_request"
+    return "unreachable"
