@@ -17,11 +17,16 @@ from types import SimpleNamespace
 
 import pytest
 import test_keys
+from support import facts
 
+from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.keys import EntryKey, OpenBaoKeyStore
 from kagent_memory_governed.keys.http import MAX_ANSWER
 from kagent_memory_governed.keys.keyring import Binding, b64
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.store import Store
 
 openbao = test_keys.openbao  # the real server (``bao server -dev``), one for this module
 _bao = test_keys._bao
@@ -426,3 +431,27 @@ async def test_an_answer_of_the_wrong_shape_encoding_or_size_is_bad_response(hos
     started = time.monotonic()
     assert await _refused(_OPERATIONS[operation](keys)) == "bad_response"
     assert time.monotonic() - started < 5  # refused as it came, not after the exchange's timeout
+
+
+# the erasure over it (store/erasure.py): verified only when the server can give back none of the keys
+
+
+async def test_an_erasure_over_a_soft_deleted_keyring_is_verified_only_once_undelete_brings_nothing_back(
+    openbao: SimpleNamespace, database_url: str, store: Store, key: ScopeKey
+):
+    """Before, ``forget_all`` answered verified while the deleted version, undeleted, gave back every key."""
+    keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
+    over = Store.connect(database_url, Policy(), keys=keys)
+    try:
+        generation = (await over.grant(key, purpose="assist", policy_version="v1")).generation
+        written = await over.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+        _bao(openbao.address, openbao.token, "DELETE", f"/v1/kmg/data/{key.scope_id}")  # ``bao kv delete``
+        await over.forget_all(key)
+        status = await over.status(key)
+        assert (status.last_erasure.result, status.entries) == (Erasure.VERIFIED, 0)
+        versions = [int(v) for v in _versions(openbao, "kmg", key.scope_id)]
+        _bao(openbao.address, openbao.token, "POST", f"/v1/kmg/undelete/{key.scope_id}", {"versions": versions})
+        assert not set(written) & set(await keys.fetch(key.scope_id))
+        assert await keys.destroyed(key.scope_id, entries=written)
+    finally:
+        await over.close()
