@@ -56,6 +56,7 @@ from sqlalchemy import event
 from kagent_memory_governed import clock
 from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact, Store
@@ -477,6 +478,7 @@ async def run(data_dir: Path, *, seconds: float, workers: int = 12, scopes: int 
     store = Store.connect(
         server.url,
         Policy(entry_cap=CAP),
+        keys=LocalKeyStore(data_dir.parent / "keys"),  # the server's own: a key store serves one database
         pool_size=workers,
         max_overflow=4,
         pool_timeout=10,

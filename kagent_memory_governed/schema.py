@@ -141,7 +141,9 @@ ledger = Table(
     Column("entry_id", UUID(as_uuid=True)),
     CheckConstraint("operation ~ '^[a-z_]{1,32}$'", name="ledger_operation_code"),
     CheckConstraint("result IN ('ok', 'refused', 'failed')", name="ledger_result"),
+    Column("cause", Text),  # a failure's content-free category (``permission_denied``), for operators
     CheckConstraint("reason ~ '^[a-z_]{1,32}$'", name="ledger_reason_code"),
+    CheckConstraint("cause ~ '^[a-z0-9_]{1,32}$'", name="ledger_cause_code"),
     Index("ledger_by_scope", "scope_id", "at"),
     Index("ledger_by_age", "at"),
 )
@@ -193,4 +195,17 @@ usage = Table(
     CheckConstraint("kind IN ('explicit', 'hourly')", name="usage_kind"),
     CheckConstraint("units BETWEEN 1 AND 100", name="usage_units"),
     Index("usage_window", "subject_id", "kind", "at"),
+)
+
+# Which key store holds this database's entry keys (R45): one row, this database's id drawn at migration 0014 and
+# the key store's id recorded by the first ``migrate`` after it; the key store records the same pair
+# (``store/binding.py``).
+binding = Table(
+    "binding",
+    metadata,
+    Column("singleton", Boolean, primary_key=True, server_default=text("true")),
+    Column("database_id", UUID(as_uuid=True), nullable=False, server_default=text("gen_random_uuid()")),
+    Column("key_store_id", UUID(as_uuid=True)),
+    Column("bound_at", DateTime(timezone=True)),
+    CheckConstraint("singleton", name="binding_one_row"),
 )

@@ -21,6 +21,7 @@ import httpx
 import pytest
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact
 from kagent_memory_governed.testing import CARD, CONFIG, HOMESERVER, ISSUER, Bridge, embed
@@ -46,6 +47,35 @@ def private_directory(prefix: str) -> Path:
     path = Path(tempfile.mkdtemp(prefix=f"kagent-memory-governed-{prefix}-"))
     atexit.register(shutil.rmtree, path, True)
     return path
+
+
+_KEY_STORES: dict[str, Path] = {}
+
+
+def key_store_of(url: str) -> Path:
+    """The directory of the embedded key store of the database ``url`` names (one for each database this process
+    makes, whoever connects to it): a key store serves the one database it is bound to (``store/binding.py``)."""
+    name = _database_of(url)
+    if name not in _KEY_STORES:
+        _KEY_STORES[name] = private_directory("keys")
+    return _KEY_STORES[name]
+
+
+def dropped(url: str) -> None:
+    """The database ``url`` names was dropped: one made again under its name is another database."""
+    _KEY_STORES.pop(_database_of(url), None)
+
+
+def _database_of(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    database = make_url(url)
+    return f"{database.host or database.query.get('host')}/{database.port}/{database.database}"
+
+
+def keys_of(url: str) -> LocalKeyStore:
+    """``key_store_of(url)``'s key store, for ``Store.connect(url, ..., keys=keys_of(url))``."""
+    return LocalKeyStore(key_store_of(url))
 
 
 def make_key(

@@ -20,6 +20,7 @@ from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason, Result
 from kagent_memory_governed.keys import EntryKey
 from kagent_memory_governed.schema import SCHEMA, entries, ledger, scopes
+from kagent_memory_governed.store import binding
 from kagent_memory_governed.store.database import _DATABASE_ERRORS, Database, cause_of, record
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
@@ -65,6 +66,8 @@ async def migrate(db: Database, to: str = "head") -> str:
         await conn.execute(CreateSchema(SCHEMA, if_not_exists=True))
         await conn.run_sync(move)
     migrated = await revision(db)
+    if migrated not in _before_binding(scripts):
+        await binding.bind(db)  # before any key is stored: never into a key store of another database
     if migrated not in _before_sealing(scripts):
         await seal_plain_entries(db)
     if migrated is None:  # alembic records every revision it reaches
@@ -78,6 +81,12 @@ def _before_sealing(scripts: ScriptDirectory) -> set[str | None]:
 
 
 _SEALING = "0011"
+_BINDING = "0014"
+
+
+def _before_binding(scripts: ScriptDirectory) -> set[str | None]:
+    """Revisions without the ``binding`` table."""
+    return {None} | _ancestors(scripts, _BINDING)
 
 
 async def seal_plain_entries(db: Database, *, batch: int = 500) -> int:
@@ -258,7 +267,8 @@ async def check_ready(db: Database) -> None:
     """Serve only at this package's head: ``unsupported_database`` (server or pgvector too old),
     ``schema_missing`` (never migrated), ``schema_newer`` (migrated past this package, naming both revisions),
     ``schema_outdated`` (an older revision, pgvector installed below 0.7, or entries an earlier version stored in
-    plain text that ``migrate`` has not sealed yet), ``key_unavailable`` (the key store cannot serve). Logs
+    plain text that ``migrate`` has not sealed yet), ``key_unavailable`` (the key store cannot serve),
+    ``key_store_mismatch`` (the key store is not the one bound to this database: ``store/binding.py``). Logs
     nothing."""
     async with db.transaction() as conn:
         await _check_server(conn)
@@ -278,6 +288,7 @@ async def check_ready(db: Database) -> None:
         if await conn.scalar(select(exists().where(entries.c.sealed.is_(None)))):
             raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause="plain_entries")  # run migrate: it seals them
     await db.keys.store.check()
+    await binding.check(db)
 
 
 async def _check_server(conn: AsyncConnection) -> None:

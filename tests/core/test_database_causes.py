@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 import asyncpg
 import pytest
-from support import refusal
+from support import dropped, keys_of, refusal
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy
@@ -40,6 +40,7 @@ async def scratch(admin: asyncpg.Connection, database_url: str) -> AsyncIterator
     await admin.execute(f'CREATE DATABASE "{SCRATCH}"')
     yield _with(database_url, database=SCRATCH)
     await admin.execute(f'DROP DATABASE "{SCRATCH}" WITH (FORCE)')
+    dropped(_with(database_url, database=SCRATCH))
 
 
 async def _cause(url: str) -> tuple[Reason, str | None]:
@@ -82,7 +83,7 @@ async def test_a_role_that_may_not_create_pgvector_is_told_what_a_dba_must_run(a
 
 
 async def test_a_database_newer_than_the_package_is_refused_naming_both_revisions(scratch: str):
-    store = Store.connect(scratch, Policy())
+    store = Store.connect(scratch, Policy(), keys=keys_of(scratch))
     try:
         head = await store.migrate()
         sql = await asyncpg.connect(scratch.replace("postgresql+asyncpg://", "postgresql://"))
@@ -98,7 +99,7 @@ async def test_a_database_newer_than_the_package_is_refused_naming_both_revision
 
 
 async def test_migrate_goes_down_to_a_named_revision_and_back(scratch: str):
-    store = Store.connect(scratch, Policy())
+    store = Store.connect(scratch, Policy(), keys=keys_of(scratch))
     try:
         head = await store.migrate()
         assert await store.migrate("0004") == "0004"

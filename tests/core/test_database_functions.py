@@ -11,6 +11,7 @@ from enum import StrEnum
 
 import asyncpg
 import pytest
+from support import keys_of
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import Operation, Reason, Result
@@ -52,7 +53,7 @@ async def fresh(store: Store, database_url: str, sql: asyncpg.Connection) -> Asy
 async def migrated(url: str, *steps: str) -> dict[tuple[str, str], str]:
     """Migrate the database at ``url`` through ``steps``; then every routine of the schema, by name and
     arguments, as PostgreSQL spells its definition."""
-    store = Store.connect(url, Policy())
+    store = Store.connect(url, Policy(), keys=keys_of(url))
     try:
         for step in steps:
             await store.migrate(step)

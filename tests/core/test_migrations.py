@@ -32,20 +32,22 @@ async def fresh_database(database_url: str, sql: asyncpg.Connection):
 
 
 async def test_migrate_reaches_head_and_is_idempotent(store: Store):
-    assert Store.head_revision() == "0013"
-    assert await store.migrate() == "0013"
-    assert await store.migrate() == "0013"
+    assert Store.head_revision() == "0014"
+    assert await store.migrate() == "0014"
+    assert await store.migrate() == "0014"
     await store.check_ready()
 
 
-async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: str):
-    first, second = Store.connect(fresh_database, Policy()), Store.connect(fresh_database, Policy())
+async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: str, tmp_path):
+    keys = tmp_path / "keys"  # a database of its own has a key store of its own (store/binding.py)
+    first = Store.connect(fresh_database, Policy(), keys=LocalKeyStore(keys))
+    second = Store.connect(fresh_database, Policy(), keys=LocalKeyStore(keys))
     try:
         with pytest.raises(GovernedMemoryError) as refused:
             await first.check_ready()
         assert refused.value.reason is Reason.SCHEMA_MISSING
         assert await first.revision() is None
-        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0013", "0013"]  # replicas race safely
+        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0014", "0014"]  # replicas race safely
         await first.check_ready()
     finally:
         await first.close()
@@ -114,7 +116,7 @@ async def test_migrate_seals_entries_an_earlier_version_stored_in_plain_text(fre
             key.scope_id,
             str(vector),
         )
-        assert await store.migrate() == "0013"
+        assert await store.migrate() == "0014"
         row = await sql.fetchrow("SELECT text, embedding, sealed FROM governed_memory.entries")
         assert (row["text"], row["embedding"]) == (None, None) and len(row["sealed"]) > 3000
         await store.check_ready()

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 import asyncpg
 import pytest
-from support import facts, make_key
+from support import facts, keys_of, make_key
 
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.store import Store
@@ -52,7 +52,7 @@ async def fresh(store: Store, database_url: str, sql: asyncpg.Connection) -> Asy
 
 
 async def migrate(url: str) -> None:
-    migrating = Store.connect(url, Policy())
+    migrating = Store.connect(url, Policy(), keys=keys_of(url))
     try:
         await migrating.migrate()
     finally:
@@ -148,7 +148,7 @@ async def test_a_schema_planted_ahead_in_the_search_path_captures_no_call(fresh:
     finally:
         await attacker.close()
 
-    store = Store.connect(fresh.as_role(app), Policy())
+    store = Store.connect(fresh.as_role(app), Policy(), keys=keys_of(fresh.url))
     try:
         key = make_key()
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -192,7 +192,7 @@ async def test_pgvector_installed_in_another_schema_is_named_by_that_schema(fres
         await owner.execute(f"ALTER DATABASE {fresh.name} RESET search_path")
     finally:
         await owner.close()
-    store = Store.connect(fresh.url, Policy())
+    store = Store.connect(fresh.url, Policy(), keys=keys_of(fresh.url))
     try:
         key = make_key()
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation

@@ -11,7 +11,7 @@ import asyncpg
 import pytest
 from sqlalchemy import event, text
 from sqlalchemy.dialects.postgresql.asyncpg import AsyncAdapt_asyncpg_connection
-from support import facts, make_key, refusal
+from support import facts, keys_of, make_key, refusal
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS, Policy
@@ -219,7 +219,7 @@ async def test_a_scope_is_read_by_its_key_never_through_the_expiry_index(
         return {row["indexrelname"]: row["idx_scan"] for row in rows}
 
     try:
-        loading = Store.connect(url, Policy(), pool_size=1, max_overflow=0)
+        loading = Store.connect(url, Policy(), keys=keys_of(url), pool_size=1, max_overflow=0)
         await loading.migrate()
         keys = [make_key(f"reader{i}") for i in range(20)]
         for key in keys:
@@ -229,7 +229,7 @@ async def test_a_scope_is_read_by_its_key_never_through_the_expiry_index(
         await loading.close()
         await sql.execute("ALTER DATABASE by_key SET plan_cache_mode = force_generic_plan")  # new sessions
 
-        reading = Store.connect(url, Policy(), pool_size=1, max_overflow=0)
+        reading = Store.connect(url, Policy(), keys=keys_of(url), pool_size=1, max_overflow=0)
         for key in keys[:8]:
             await reading.search(key, 1, embed("fact 3"))
             await reading.search_many(key, 1, [embed("fact 4"), embed("fact 5")])
