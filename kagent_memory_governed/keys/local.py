@@ -16,6 +16,7 @@ from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kagent_memory_governed.keys.keyring import (
+    Binding,
     EntryKey,
     Keyring,
     b64,
@@ -31,10 +32,12 @@ from kagent_memory_governed.keys.keyring import (
 class LocalKeyStore:
     """Keyrings as files under ``root`` (never inside the database's data directory): ``kek`` holds the
     key-encryption keys, ``scopes/<scope id>`` each scope's keyring sealed under the current one, with the scope
-    id as associated data. Writes are atomic (a new file renamed over the old, both flushed) and serialized by a
-    lock file, so several processes on one machine may share it. For local runs, the demo and tests: a file
-    system may keep the blocks of a replaced file, readable only with a key-encryption key that ``rotate`` has
-    not yet dropped."""
+    id as associated data, and ``binding`` the database this store serves. Writes are atomic (a new file renamed
+    over the old, both flushed) and serialized by a lock file, so several processes on one machine may share it.
+    A process that dies between writing a new file and renaming it leaves that file (``.<name>.<hex>``): the
+    next change under the lock removes it, and until then ``destroyed`` counts it as holding every key it may.
+    For local runs, the demo and tests: a file system may keep the blocks of a replaced file, readable only with
+    a key-encryption key that ``rotate`` has not yet dropped."""
 
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
@@ -110,8 +113,26 @@ class LocalKeyStore:
         sealed = AESGCM(kek).encrypt(nonce, plain, scope.bytes)
         self._write(self._path(scope), b"KMGK1" + version.to_bytes(4, "big") + nonce + sealed, lasting=lasting)
 
+    def _stale(self, name: str, directory: Path) -> list[Path]:
+        """What writers of ``name`` that died before their rename left in ``directory``. Under the lock every
+        such file is stale: a live writer holds the lock from its new file to its rename."""
+        return sorted(directory.glob(f".{name}.*"))
+
+    def _remove_stale(self, name: str, directory: Path) -> None:
+        stale = self._stale(name, directory)
+        for path in stale:
+            path.unlink(missing_ok=True)
+        if stale:
+            handle = os.open(directory, os.O_RDONLY)
+            try:
+                os.fsync(handle)  # gone for good before a destroyed key is reported so
+            finally:
+                os.close(handle)
+
     def _change(self, scope: uuid.UUID, change: Callable[[Keyring], Keyring], *, lasting: bool = True) -> None:
         with self._locked():
+            self._remove_stale("kek", self.root)
+            self._remove_stale(str(scope), self.root / "scopes")
             current, keks = self._keks()
             keyring = self._read(scope, keks)
             changed = change(dict(keyring))
@@ -152,7 +173,41 @@ class LocalKeyStore:
         self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
     ) -> bool:
         keyring = await self.fetch(scope)
-        return not any(covered(e, k, entries, before) for e, k in keyring.items())
+        if any(covered(e, k, entries, before) for e, k in keyring.items()):
+            return False
+
+        def left() -> bool:  # under the lock: a live writer's new keyring is renamed before it lets go
+            with self._locked():
+                return bool(self._stale(str(scope), self.root / "scopes") or self._stale("kek", self.root))
+
+        return not await off_loop(left)  # a new keyring a dead writer never renamed may hold any of them
+
+    async def bound(self) -> Binding | None:
+        try:
+            raw = (self.root / "binding").read_bytes()
+        except FileNotFoundError:
+            return None
+        except OSError:
+            raise unavailable("io_error") from None
+        try:
+            recorded = json.loads(raw)
+            return Binding(uuid.UUID(recorded["key_store"]), uuid.UUID(recorded["database"]))
+        except (ValueError, TypeError, KeyError):
+            raise unavailable("bad_response") from None
+
+    async def bind(self, database: uuid.UUID) -> Binding:
+        def bind() -> None:
+            with self._locked():
+                self._remove_stale("binding", self.root)
+                if not (self.root / "binding").exists():  # the first writer's, never overwritten
+                    fresh = {"key_store": uuid.uuid4().hex, "database": database.hex}
+                    self._write(self.root / "binding", json.dumps(fresh).encode())
+
+        await off_loop(bind)
+        recorded = await self.bound()
+        if recorded is None:  # written above, under the lock, never removed
+            raise unavailable("io_error")
+        return recorded
 
     async def check(self) -> None:
         def probe() -> None:
@@ -182,7 +237,8 @@ class LocalKeyStore:
                     ).encode(),
                 )
                 for path in (self.root / "scopes").iterdir():
-                    if path.name.startswith("."):
+                    if path.name.startswith("."):  # a dead writer's: its keys sealed under a key dropped below
+                        path.unlink()
                         continue
                     scope = uuid.UUID(path.name)
                     self._save(scope, self._read(scope, keks), fresh, new)

@@ -10,6 +10,7 @@ the reason is raised; a function returns its refusal, its ledger row committed w
 from __future__ import annotations
 
 import asyncio
+import re
 import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
@@ -200,20 +201,26 @@ async def record(
     count: int | None = None,
     entry_id: uuid.UUID | None = None,
     at: datetime | None = None,
+    cause: str | None = None,
 ) -> None:
-    """The content-free ledger row of an operation: codes, counts and opaque ids, never content."""
-    await conn.execute(
-        insert(ledger).values(
-            at=at or clock.now(),
-            operation=operation,
-            result=result,
-            reason=reason.value if reason else None,
-            scope_id=scope_id,
-            generation=generation,
-            count=count,
-            entry_id=entry_id,
-        )
-    )
+    """The content-free ledger row of an operation: codes, counts, opaque ids and a failure's content-free
+    ``cause`` (a ``GovernedMemoryError``'s), never content."""
+    row = {
+        "at": at or clock.now(),
+        "operation": operation,
+        "result": result,
+        "reason": reason.value if reason else None,
+        "scope_id": scope_id,
+        "generation": generation,
+        "count": count,
+        "entry_id": entry_id,
+    }
+    if cause and _CAUSE.fullmatch(cause):  # named only when there is one: a database below 0014 has no column
+        row["cause"] = cause
+    await conn.execute(insert(ledger).values(row))
+
+
+_CAUSE = re.compile(r"[a-z0-9_]{1,32}")  # the ledger's cause column takes codes only (``ledger_cause_code``)
 
 
 _READS = (Operation.STATUS, Operation.INSPECT)

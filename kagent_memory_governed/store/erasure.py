@@ -18,6 +18,7 @@ sweep, another replica's operation); each deletes only while the erasure's fence
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections.abc import Awaitable
 from contextlib import suppress
@@ -36,6 +37,7 @@ from kagent_memory_governed.store.database import Database, erasure_state, recor
 from kagent_memory_governed.store.values import Erased, Offboarded
 
 T = TypeVar("T")
+logger = logging.getLogger(__name__)
 _UNFINISHED = (Erasure.PENDING.value, Erasure.FAILED.value)
 
 
@@ -189,11 +191,21 @@ async def _clear(
         await _destroy_keys(db, sid, generation, entry_id)
         [outcome] = await db.call(functions.CLEAR, parameters | {"now": clock.now()})
         if outcome.remaining:  # a settled fence counts none: whoever settled it verified
-            raise GovernedMemoryError(Reason.ERASURE_FAILED)
+            raise GovernedMemoryError(Reason.ERASURE_FAILED, cause="rows_remain")
         return int(outcome.erased)
-    except Exception:  # whatever failed, the scope stays disabled (R9)
-        await _mark_failed(db, sid, generation, operation, entry_id)
-        raise GovernedMemoryError(Reason.ERASURE_FAILED) from None
+    except Exception as error:  # whatever failed, the scope stays disabled (R9)
+        cause = failure_cause(error)
+        logger.warning("erasure failed closed: %s (%s)", operation.value, cause)
+        await _mark_failed(db, sid, generation, operation, entry_id, cause)
+        raise GovernedMemoryError(Reason.ERASURE_FAILED, cause=cause) from None
+
+
+def failure_cause(error: BaseException) -> str:
+    """Why an erasure failed, as one content-free code for its ledger row and log line: the key store's or the
+    database's cause (``permission_denied``), else the reason code, else the exception's kind (a defect)."""
+    if isinstance(error, GovernedMemoryError):
+        return error.cause if error.cause and error.cause.isidentifier() else error.reason.value
+    return "internal_error"
 
 
 async def _destroy_keys(db: Database, sid: uuid.UUID, generation: int, entry_id: uuid.UUID | None) -> None:
@@ -214,7 +226,7 @@ async def _destroy_keys(db: Database, sid: uuid.UUID, generation: int, entry_id:
     # reached it (a row already deleted had its key destroyed before its delete).
     if entry_id is None and await db.keys.store.destroyed(sid, entries=await _held(db, sid, generation)):
         return
-    raise GovernedMemoryError(Reason.ERASURE_FAILED)
+    raise GovernedMemoryError(Reason.ERASURE_FAILED, cause="keys_not_destroyed")
 
 
 async def _held(db: Database, sid: uuid.UUID, generation: int) -> list[uuid.UUID]:
@@ -224,7 +236,7 @@ async def _held(db: Database, sid: uuid.UUID, generation: int) -> list[uuid.UUID
 
 
 async def _mark_failed(
-    db: Database, sid: uuid.UUID, generation: int, operation: Operation, entry_id: uuid.UUID | None
+    db: Database, sid: uuid.UUID, generation: int, operation: Operation, entry_id: uuid.UUID | None, cause: str
 ) -> None:
     """Best effort: if the database is gone too, the scope stays ``pending``, which is just as disabled
     (and as unfinished: ``finish`` completes either). A fence another run settled meanwhile stays settled."""
@@ -245,4 +257,5 @@ async def _mark_failed(
                 generation=generation,
                 entry_id=entry_id,
                 at=now,
+                cause=cause,
             )

@@ -6,6 +6,7 @@ the one every replica shares (``admission.claim_once``)."""
 
 from __future__ import annotations
 
+import logging
 import uuid
 from collections import defaultdict
 from datetime import datetime, timedelta
@@ -17,6 +18,8 @@ from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.schema import entries, ledger, live, replays, scopes, turns, usage
 from kagent_memory_governed.store import erasure
 from kagent_memory_governed.store.database import Database, record
+
+logger = logging.getLogger(__name__)
 
 
 async def sweep(db: Database, *, batch: int) -> int:
@@ -50,32 +53,42 @@ async def sweep(db: Database, *, batch: int) -> int:
 
 
 async def _expire(db: Database, now: datetime, *, batch: int) -> tuple[int, bool]:
-    """Delete expired entries physically, ``batch`` at a time, each batch's keys destroyed first: an expired entry
-    is never readable (R18), and once its key is gone no copy of it can be opened either. A run interrupted
-    between the two leaves expired rows whose keys are gone, which the next run deletes. Returns how many were
-    deleted, and whether the key store failed (the rows it could not reach stay for the next run)."""
-    total, after = 0, None
+    """Delete expired entries physically, ``batch`` at a time, each scope's keys destroyed and verified gone
+    first, as by every erasure: an expired entry is never readable (R18), and once its key is gone no copy of it
+    can be opened either. A run interrupted between the two leaves expired rows whose keys are gone, which the
+    next run deletes. Returns how many were deleted, and whether the key store failed to destroy or to verify
+    (that scope's rows stay, unreadable, for the next run)."""
+    total, after, failed = 0, None, False
     while True:
         doomed = select(entries.c.scope_id, entries.c.entry_id).where(not_(live(now)))
         if after is not None:
             doomed = doomed.where(tuple_(entries.c.scope_id, entries.c.entry_id) > tuple_(*after))
         found = await db.call(doomed.order_by(entries.c.scope_id, entries.c.entry_id).limit(batch))
         if not found:
-            return total, False
+            return total, failed
         by_scope: dict[uuid.UUID, list[uuid.UUID]] = defaultdict(list)
         for row in found:
             by_scope[row.scope_id].append(row.entry_id)
-        try:
-            for scope, expired in by_scope.items():
+        pairs = []
+        for scope, expired in by_scope.items():
+            try:
                 await db.keys.store.destroy(scope, entries=expired)
-        except GovernedMemoryError:
-            return total, True
-        async with db.transaction() as conn:
-            pairs = [(row.scope_id, row.entry_id) for row in found]
-            deleted = await conn.execute(
-                delete(entries).where(tuple_(entries.c.scope_id, entries.c.entry_id).in_(pairs), not_(live(now)))
-            )
-            total += deleted.rowcount
+                gone = await db.keys.store.destroyed(scope, entries=expired)
+            except GovernedMemoryError as error:
+                logger.warning("sweep: expired keys not destroyed: %s", erasure.failure_cause(error))
+                failed = True
+                continue
+            if not gone:
+                logger.warning("sweep: expired keys not destroyed: keys_not_destroyed")
+                failed = True
+                continue
+            pairs += [(scope, entry) for entry in expired]
+        if pairs:
+            async with db.transaction() as conn:
+                deleted = await conn.execute(
+                    delete(entries).where(tuple_(entries.c.scope_id, entries.c.entry_id).in_(pairs), not_(live(now)))
+                )
+                total += deleted.rowcount
         if len(found) < batch:
-            return total, False
+            return total, failed
         after = (found[-1].scope_id, found[-1].entry_id)
