@@ -195,7 +195,7 @@ async def _rewrite(conn: AsyncConnection, *, attempts: int = 2) -> None:
         after = await conn.scalar(text("SELECT pg_relation_filenode('governed_memory.entries')"))
         if after == before:  # PostgreSQL skips, with a warning only, a table this role may not vacuum
             raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="permission_denied")
-        await conn.execute(text("VACUUM governed_memory.entries"))  # it sets the table's dead-tuple count
+        await conn.execute(text("VACUUM governed_memory.entries"))  # sets the dead-tuple count (track_counts on)
         if not await conn.scalar(text("SELECT pg_stat_get_dead_tuples('governed_memory.entries'::regclass)")):
             break
     else:
