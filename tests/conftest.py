@@ -14,10 +14,12 @@ os.environ.setdefault("KAGENT_URL", "http://controller.invalid")
 os.environ.setdefault("KAGENT_NAMESPACE", "kagent")
 os.environ.setdefault("KAGENT_NAME", "helper")
 from collections.abc import AsyncIterator, Callable
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
-from support import KEY_STORE, make_key, private_directory
+from support import KEY_STORE, bound_to, make_key, private_directory
 
 # Each test process (each xdist worker) keeps its entry keys apart, never in the user's data directory: two
 # processes erasing scopes of the same name in their own databases must not destroy each other's keys. Set, not
@@ -34,6 +36,7 @@ from kagent_memory_governed.testing.plugin import empty_tables
 
 @pytest.fixture(scope="session")
 def database_url(governed_database_url: str) -> str:
+    bound_to(governed_database_url, Path(urlsplit(os.environ[KEY_STORE]).path))  # the session store's keys
     return governed_database_url
 
 

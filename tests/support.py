@@ -37,7 +37,8 @@ KEY_STORE = "KAGENT_GOVERNED_MEMORY_KEY_STORE"
 def run_command(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     """``kagent-memory-governed ARGS`` in a process of its own: only ``env`` of this package's settings reach it."""
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
-    keys = {KEY_STORE: os.environ[KEY_STORE]} if KEY_STORE in os.environ else {}  # this process's (conftest)
+    url = env.get("KAGENT_GOVERNED_MEMORY_DATABASE_URL")
+    keys = {KEY_STORE: f"file://{key_store_of(url)}"} if url else {}  # that database's; else the embedded default's
     return subprocess.run([COMMAND, *args], env={**clean, **keys, **env}, capture_output=True, text=True, timeout=300)
 
 
@@ -59,6 +60,11 @@ def key_store_of(url: str) -> Path:
     if name not in _KEY_STORES:
         _KEY_STORES[name] = private_directory("keys")
     return _KEY_STORES[name]
+
+
+def bound_to(url: str, directory: Path) -> None:
+    """The database ``url`` names keeps its keys in the embedded key store at ``directory``."""
+    _KEY_STORES[_database_of(url)] = directory
 
 
 def dropped(url: str) -> None:
@@ -109,7 +115,7 @@ def pod_environment(tmp_path: Path, bridge: Bridge, database_url: str, **extra: 
         KAGENT_GOVERNED_MEMORY="on",
         KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url,
         KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=f"@{key}",
-        KAGENT_GOVERNED_MEMORY_KEY_STORE=f"file://{tmp_path / 'keys'}",  # a pod names its key store
+        KAGENT_GOVERNED_MEMORY_KEY_STORE=f"file://{key_store_of(database_url)}",  # a pod names its database's
         KAGENT_GOVERNED_MEMORY_BRIDGE_ISSUER=ISSUER,
         KAGENT_GOVERNED_MEMORY_HOMESERVER=HOMESERVER,
         KAGENT_URL="http://controller.invalid",

