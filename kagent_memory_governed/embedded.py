@@ -15,7 +15,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError
 
 from kagent_memory_governed.errors import ConfigurationError
-from kagent_memory_governed.settings import Settings, in_kubernetes_pod
+from kagent_memory_governed.settings import Settings, refuse_embedded_in_pod
 
 
 def start(data_dir: Path) -> str:
@@ -40,23 +40,23 @@ def database_url(settings: Settings) -> str:
     """The configured database URL, or the embedded server's when none is configured. Inside a Kubernetes
     pod a missing URL is a configuration error unless ``KAGENT_GOVERNED_MEMORY_EMBEDDED=true`` asks for it."""
     if settings.database_url:
-        return settings.database_url
-    if in_kubernetes_pod() and not settings.embedded:
-        raise ConfigurationError(
-            "KAGENT_GOVERNED_MEMORY_DATABASE_URL is not set; inside a Kubernetes pod the embedded PostgreSQL"
-            " is used only with KAGENT_GOVERNED_MEMORY_EMBEDDED=true",
-            code="missing",
-        )
-    return start(settings.data_dir / "postgres")
+        return settings.database_url.get_secret_value()
+    refuse_embedded_in_pod(settings, "KAGENT_GOVERNED_MEMORY_DATABASE_URL", "the embedded PostgreSQL")
+    return start(data_directory(settings))
+
+
+def data_directory(settings: Settings) -> Path:
+    """The embedded server's data directory: what its base backups copy (so never a key store's home)."""
+    return settings.data_dir / "postgres"
 
 
 def describe(settings: Settings) -> str:
     """Which database the settings name, content-free: ``host:port/database`` (never a user or password),
     or the embedded server's directory."""
     if not settings.database_url:
-        return f"embedded at {settings.data_dir / 'postgres'}"
+        return f"embedded at {data_directory(settings)}"
     try:
-        url = make_url(settings.database_url)
+        url = make_url(settings.database_url.get_secret_value())
     except ArgumentError:
         return "unparsable URL"
     host = url.host or url.query.get("host") or "local socket"

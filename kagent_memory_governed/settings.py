@@ -7,7 +7,7 @@ from pathlib import Path
 
 import platformdirs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import Field, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kagent_memory_governed.assertion import Trust
@@ -37,6 +37,17 @@ def in_kubernetes_pod() -> bool:
     return "KUBERNETES_SERVICE_HOST" in os.environ
 
 
+def refuse_embedded_in_pod(settings: Settings, setting: str, what: str) -> None:
+    """The one rule for every embedded default (the database, the key store): for local runs, so inside a
+    Kubernetes pod ``setting`` unset is a ``ConfigurationError`` (``missing``) unless
+    ``KAGENT_GOVERNED_MEMORY_EMBEDDED=true`` asks for ``what``."""
+    if in_kubernetes_pod() and not settings.embedded:
+        raise ConfigurationError(
+            f"{setting} is not set; inside a Kubernetes pod {what} is used only with {ENV_PREFIX}EMBEDDED=true",
+            code="missing",
+        )
+
+
 def problems(error: ValidationError) -> str:
     """A settings error on one line: what each problem is about and, for this package's own checks (which
     name settings and parameters, never values), what is wrong. Pydantic's messages may quote input: not kept."""
@@ -57,7 +68,7 @@ class Settings(BaseSettings):
 
     model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
-    database_url: str | None = None
+    database_url: SecretStr | None = None  # may carry a password: repr and str show neither
     data_dir: Path = Field(default_factory=lambda: platformdirs.user_data_path("kagent-memory-governed"))
     bridge_public_key: str | None = None
     bridge_issuer: str | None = None
@@ -65,19 +76,19 @@ class Settings(BaseSettings):
     policy: Path | None = None
     embedded: bool = False  # inside a Kubernetes pod, the embedded PostgreSQL only when asked for
     key_store: str | None = None  # where entry keys live (kagent_memory_governed.keys); unset: <data dir>/keys
-    key_store_token: str | None = None  # an OpenBao token, or @/path to a file an agent keeps renewed
+    key_store_token: SecretStr | None = None  # an OpenBao token, or @/path to a file an agent keeps renewed
     key_store_ca: Path | None = None  # CA bundle for openbao+https
     kagent_namespace: str | None = Field(default=None, validation_alias="KAGENT_NAMESPACE")
     kagent_name: str | None = Field(default=None, validation_alias="KAGENT_NAME")
 
     @field_validator("database_url")
     @classmethod
-    def _checked_url(cls, value: str | None) -> str | None:
+    def _checked_url(cls, value: SecretStr | None) -> SecretStr | None:
         # the scheme, the port, libpq's TLS parameters and their files: refused naming the parameter
         if value is not None:
             from kagent_memory_governed.store.connection import parse
 
-            parse(value)
+            parse(value.get_secret_value())
         return value
 
     @field_validator("key_store")
