@@ -18,6 +18,7 @@ from pydantic import ValidationError
 
 from kagent_memory_governed.embedded import database_url, describe
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
+from kagent_memory_governed.keys import configured
 from kagent_memory_governed.settings import Settings, problems
 from kagent_memory_governed.store import Store
 
@@ -35,9 +36,15 @@ async def _sweep(store: Store) -> None:
 
 
 async def _with_store(settings: Settings, work: Callable[[Store], Awaitable[None]]) -> None:
-    url = database_url(settings)
-    print(f"database: {describe(settings)}")
-    store = Store.connect(url, settings.load_policy())
+    key_store = configured(settings)  # first: a refused key store is then the only line, before any database
+    try:
+        policy = settings.load_policy()
+        url = database_url(settings)
+        print(f"database: {describe(settings)}")
+        store = Store.connect(url, policy, keys=key_store)
+    except BaseException:
+        await key_store.close()
+        raise
     try:
         await work(store)
     finally:
@@ -53,11 +60,15 @@ def _upstream(argv: list[str]) -> int:
     try:
         settings = Settings.load()  # before kagent is imported: a refusal is then the only line
         settings.trust()
+        store = Store.connect(database_url(settings), settings.load_policy(), keys=configured(settings))
         from kagent_memory_governed.adk.runtime import install
 
-        install(settings=settings)
-    except (ConfigurationError, GovernedMemoryError) as error:
+        install(settings=settings, store=store)
+    except (ConfigurationError, GovernedMemoryError) as error:  # each names settings and codes, never values
         print(f"kagent-memory-governed: activation failed: {error}", file=sys.stderr)
+        return EXIT_ACTIVATION_FAILED
+    except Exception as error:  # a defect: its type only, never a traceback that could quote a value
+        print(f"kagent-memory-governed: activation failed: {type(error).__name__}", file=sys.stderr)
         return EXIT_ACTIVATION_FAILED
     from kagent.adk.cli import run_cli
 

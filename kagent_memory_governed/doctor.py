@@ -10,6 +10,8 @@ It prints check names, ``ok`` or ``FAILED`` and a reason code; never a setting's
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import re
 import sys
 import tempfile
 from collections.abc import Callable
@@ -22,7 +24,7 @@ from kagent_memory_governed import keys
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
-from kagent_memory_governed.settings import Settings, problems
+from kagent_memory_governed.settings import ENV_PREFIX, Settings, problems
 
 
 class Check(NamedTuple):
@@ -50,20 +52,34 @@ def _configured(name: str, check: Callable[[], object]) -> Check:
     return Check(name, True)
 
 
+def _setting_named(error: ConfigurationError) -> str | None:
+    # a ConfigurationError's message names settings, never values: the first one is the setting at fault
+    found = re.search(rf"\b{ENV_PREFIX}[A-Z_]+", str(error))
+    return found.group(0) if found else None
+
+
 async def _key_store(settings: Settings) -> tuple[Check, KeyStore | None]:
     """The key store the settings name, reachable, authorized and configured (``key_unavailable``). The embedded
-    default is for local runs, as the embedded database is, and is not looked at (doctor writes nothing)."""
+    default is for local runs, as the embedded database is, and is not looked at (doctor writes nothing). Any
+    failure is this check's line, a reason code and never a value: no traceback (it could quote one)."""
     if not settings.key_store:
         return Check("key_store", False, "embedded_default_is_for_local_use_only"), None
     try:
         store = keys.configured(settings)
     except ConfigurationError as error:
-        return Check("key_store", False, error.code), None
+        return Check("key_store", False, error.code, _setting_named(error)), None
+    except GovernedMemoryError as error:
+        return Check("key_store", False, error.reason.value, error.cause), None
+    except Exception as error:  # a defect: its type only
+        return Check("key_store", False, Reason.INTERNAL_ERROR.value, type(error).__name__), None
     try:
         await store.check()
-    except GovernedMemoryError as error:
-        await store.close()
-        return Check("key_store", False, error.reason.value, error.cause), None
+    except Exception as error:
+        with contextlib.suppress(Exception):
+            await store.close()
+        if isinstance(error, GovernedMemoryError):
+            return Check("key_store", False, error.reason.value, error.cause), None
+        return Check("key_store", False, Reason.INTERNAL_ERROR.value, type(error).__name__), None
     return Check("key_store", True), store
 
 
@@ -87,7 +103,8 @@ async def _database(settings: Settings, policy: Policy, key_store: KeyStore | No
         try:
             await store.check_ready()
         except GovernedMemoryError as error:
-            if error.reason is not Reason.KEY_UNAVAILABLE:
+            scratch_refused = key_store is None and error.reason is Reason.KEY_STORE_MISMATCH  # of no key store
+            if error.reason is not Reason.KEY_UNAVAILABLE and not scratch_refused:
                 return Check("database", False, error.reason.value, error.cause)
         finally:
             await store.close()

@@ -12,7 +12,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
-from support import KEY_STORE, pod_environment
+from support import KEY_STORE, key_store_of, pod_environment
 
 from kagent_memory_governed import doctor
 from kagent_memory_governed.adk import runtime as runtime_module
@@ -39,7 +39,7 @@ def configured(tmp_path: Path, bridge, database_url: str | None, **overrides) ->
         bridge_public_key=f"@{key}",
         bridge_issuer=ISSUER,
         homeserver=HOMESERVER,
-        key_store=f"file://{tmp_path / 'keys'}",
+        key_store=f"file://{key_store_of(database_url) if database_url else tmp_path / 'keys'}",  # the one it serves
     )
     return Settings(**{**values, **overrides})
 
@@ -174,3 +174,23 @@ def test_in_a_pod_with_the_switch_off_governed_memory_is_reported_inactive(
     result = _doctor_in_a_pod(tmp_path, bridge, database_url, "off")
     assert result.returncode == 1
     assert result.stdout.splitlines()[-1].split() == ["governed_memory_active", "FAILED", "not_activated"]
+
+
+@pytest.mark.parametrize(
+    ("given", "reason", "at"),
+    [
+        ({"key_store_token": "tok", "key_store_ca": "/nonexistent/SENTINEL-ca.pem"}, "ca_unreadable", "_CA"),
+        ({"key_store_token": "tok", "key_store_ca": "/etc/hostname"}, "ca_not_a_certificate", "_CA"),
+        ({"key_store_token": "@/nonexistent/SENTINEL-token"}, "token_unreadable", "_TOKEN"),
+    ],
+    ids=["ca-missing", "ca-not-a-certificate", "token-file-missing"],
+)
+async def test_an_unusable_key_store_setting_is_the_key_store_line_naming_the_setting(
+    runtime, store, database_url: str, bridge, tmp_path: Path, given: dict[str, str], reason: str, at: str
+):
+    settings = configured(tmp_path, bridge, database_url, key_store="openbao+https://bao.example:8200/kmg", **given)
+    checks = await doctor.run(settings)
+    assert [check.name for check in checks] == CHECKS
+    assert failures(checks) == {"key_store": reason}  # the database is checked on its own, and passes
+    [line] = [check for check in checks if check.name == "key_store"]
+    assert line.at == f"{KEY_STORE}{at}"
