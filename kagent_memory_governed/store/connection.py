@@ -1,12 +1,16 @@
-"""How the store reaches PostgreSQL: the database URL, with libpq's TLS parameters, checked once.
+"""How the store reaches PostgreSQL: the database URL, with libpq's connection parameters, checked once.
 
 ``KAGENT_GOVERNED_MEMORY_DATABASE_URL`` is a SQLAlchemy ``postgresql+asyncpg://`` URL whose query may
 carry libpq's TLS parameters with libpq's meaning (``sslmode`` disable, allow, prefer, require,
-verify-ca, verify-full; ``sslrootcert``, ``sslcert``, ``sslkey``, ``sslpassword``) and ``host`` (a Unix
-socket directory). The driver (asyncpg) implements libpq's modes itself: the parameters reach it as
-libpq spells them, never as keyword arguments it does not take. ``sslrootcert=system`` (libpq 16) trusts
-the system's roots and needs ``verify-full``. Anything else, or a contradiction, is refused before any
-connection with a ``ConfigurationError`` naming the parameter, never its value.
+verify-ca, verify-full; ``sslrootcert``, ``sslcert``, ``sslkey``, ``sslpassword``), ``host`` (a Unix
+socket directory; given several times, with ports, libpq's multi-host form), ``target_session_attrs``
+(which of several hosts to use: any, primary, standby, prefer-standby, read-write, read-only) and
+``connect_timeout`` (whole seconds, at least 1; unset: ``CONNECT_TIMEOUT``). The driver (asyncpg) implements
+libpq's modes itself: the parameters reach it as libpq spells them, never as keyword arguments it does not
+take, and never as start-up parameters (a pooler such as PgBouncer refuses those it does not know).
+``sslrootcert=system`` (libpq 16) trusts the system's roots and needs ``verify-full``. Anything else, or a
+contradiction, is refused before any connection with a ``ConfigurationError`` naming the parameter, never
+its value.
 
 A connection that fails in TLS is ``store_unavailable`` with a content-free cause (``tls_cause``).
 """
@@ -31,8 +35,12 @@ VARIABLE = "KAGENT_GOVERNED_MEMORY_DATABASE_URL"
 SCHEME = "postgresql+asyncpg"
 MODES = ("disable", "allow", "prefer", "require", "verify-ca", "verify-full")
 TLS_PARAMETERS = ("sslmode", "sslrootcert", "sslcert", "sslkey", "sslpassword")
+# libpq's target_session_attrs, which asyncpg implements with libpq's meaning
+SESSION_ATTRIBUTES = ("any", "primary", "standby", "prefer-standby", "read-write", "read-only")
+CONNECT_TIMEOUT = 10  # seconds: a silent endpoint (accepts, never answers) costs a command this long, not minutes
 # ``ssl`` is asyncpg's own spelling of sslmode (SQLAlchemy's documentation shows ``?ssl=require``)
-PARAMETERS = frozenset({"host", "ssl", *TLS_PARAMETERS})
+PARAMETERS = frozenset({"host", "ssl", "connect_timeout", "target_session_attrs", *TLS_PARAMETERS})
+_DRIVER_PARAMETERS = ("ssl", "connect_timeout", "target_session_attrs", *TLS_PARAMETERS)  # none stays in ``url``
 _FILES = ("sslrootcert", "sslcert", "sslkey")
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]{0,39}")
 _NAME_MISMATCH = frozenset({62, 64})  # X509_V_ERR_HOSTNAME_MISMATCH, X509_V_ERR_IP_ADDRESS_MISMATCH
@@ -44,11 +52,15 @@ def _refuse(problem: str) -> ConfigurationError:
 
 @dataclass(frozen=True)
 class DatabaseUrl:
-    """A checked database URL: what SQLAlchemy is given (``url``, no TLS parameter left in it) and the
-    libpq TLS parameters the driver is given (``tls``). ``repr`` shows neither: both may hold secrets."""
+    """A checked database URL: what SQLAlchemy is given (``url``, no driver parameter left in it), the
+    libpq TLS parameters the driver is given (``tls``), how long a connection attempt may take
+    (``connect_timeout``, seconds, all hosts together) and which host of several to use
+    (``target_session_attrs``). ``repr`` shows neither URL nor TLS parameters: both may hold secrets."""
 
     url: URL = field(repr=False)
     tls: dict[str, str] = field(repr=False)
+    connect_timeout: int = CONNECT_TIMEOUT
+    target_session_attrs: str | None = None
 
     def connect_args(self) -> dict[str, Any]:
         """The driver's keyword arguments that carry the TLS parameters: libpq's own spelling in a DSN of
@@ -63,13 +75,23 @@ class DatabaseUrl:
             return {"ssl": context}
         return {"dsn": "postgresql://?" + urlencode(self.tls)} if self.tls else {}
 
+    def driver_args(self) -> dict[str, Any]:
+        """Every keyword argument the driver is given from the URL's query: ``connect_args`` and the connection
+        attempt's bound (``timeout``) and, when given, ``target_session_attrs``."""
+        args = {**self.connect_args(), "timeout": self.connect_timeout}
+        if self.target_session_attrs is not None:
+            args["target_session_attrs"] = self.target_session_attrs
+        return args
+
 
 def parse(text: str) -> DatabaseUrl:
     """Check a database URL and split off its TLS parameters. Refuses, with a ``ConfigurationError`` naming
     the parameter and never a value: another scheme, an unparsable URL or port, an unknown or repeated
     parameter, an sslmode libpq does not know, ``ssl`` beside ``sslmode``, certificate files with a mode
     that may fall back to plain text, half a client key pair, ``sslpassword`` without ``sslkey``, a
-    verifying mode with no root certificate to verify against, and files that cannot be read or loaded."""
+    verifying mode with no root certificate to verify against, files that cannot be read or loaded, a
+    ``connect_timeout`` that is not a whole number of seconds from 1 to 3600 and a ``target_session_attrs``
+    libpq does not know."""
     if not text.startswith(f"{SCHEME}://"):
         raise _refuse(f"not a {SCHEME}:// URL")
     try:
@@ -93,7 +115,27 @@ def parse(text: str) -> DatabaseUrl:
     if "ssl" in query:
         tls["sslmode"] = str(query["ssl"])
     _check(tls)
-    return DatabaseUrl(url.difference_update_query(["ssl", *TLS_PARAMETERS]), tls)
+    return DatabaseUrl(
+        url.difference_update_query(_DRIVER_PARAMETERS),
+        tls,
+        _connect_timeout(query.get("connect_timeout")),
+        _session_attributes(query.get("target_session_attrs")),
+    )
+
+
+def _connect_timeout(value: object) -> int:
+    if value is None:
+        return CONNECT_TIMEOUT
+    # ASCII digits only: int() would also take " 5", "+5", "5_0" and other scripts' digits
+    if not isinstance(value, str) or not value.isascii() or not value.isdigit() or not 1 <= int(value) <= 3600:
+        raise _refuse("connect_timeout is not a whole number of seconds from 1 to 3600")
+    return int(value)
+
+
+def _session_attributes(value: object) -> str | None:
+    if value is not None and value not in SESSION_ATTRIBUTES:
+        raise _refuse(f"target_session_attrs not one of {', '.join(SESSION_ATTRIBUTES)}")
+    return None if value is None else str(value)
 
 
 def _check(tls: dict[str, str]) -> None:

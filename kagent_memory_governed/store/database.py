@@ -5,6 +5,11 @@ transaction, one round trip. Everything else runs inside ``Database.transaction`
 leaves either as ``store_unavailable`` (a constraint violation as ``bad_input``) with no database text.
 A refusal decided inside a transaction is ``refuse``: its ledger row commits with the transaction, then
 the reason is raised; a function returns its refusal, its ledger row committed with the call.
+
+Nothing is left in a server session that a transaction pooler (PgBouncer, ``pool_mode = transaction``) could
+not carry, so the store runs the same direct and behind one: no start-up parameter but ``application_name``
+(which PgBouncer tracks), the bounds set ``LOCAL`` in each transaction's ``BEGIN`` and, for a lone statement,
+kept by the driver (``Bounds``), and no named prepared statement (``create_engine``).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
+from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -47,22 +53,44 @@ _DATABASE_ERRORS = (
     asyncio.TimeoutError,
 )
 
-# What an operator can act on, by the driver's or the OS's exception type; the first match in the chain wins.
+# What an operator can act on, by SQLSTATE (a code or its class), whoever answered it: the server, or a pooler
+# in front of it; never by message text. PgBouncer answers its own refusals (a wrong password, an unknown
+# database, a server it cannot log in to, its limits, an unsupported start-up parameter) as 08P01; since 1.20 it
+# forwards a server's own login error with the server's code. The first match, in this order, wins.
+_SQLSTATES: tuple[tuple[str, str], ...] = (
+    ("28", "authentication_failed"),  # 28000 (pg_hba, certificates), 28P01 (password)
+    ("3D000", "database_missing"),
+    ("42501", "permission_denied"),
+    ("08P01", "connection_rejected"),  # a pooler's refusal, or a protocol error
+    ("08", "connection_failure"),  # the connection could not be made or was lost
+    ("53", "insufficient_resources"),  # 53300 too many connections, 53100 disk full, 53200 out of memory
+    ("57P01", "server_shutdown"),  # administrator command: a shutdown, or the backend terminated
+    ("57P02", "server_shutdown"),  # crash of another backend
+    ("57P03", "server_unavailable"),  # starting up, shutting down, in recovery
+    ("57014", "timeout"),  # statement timeout, or the driver's cancel of a lone statement past its bound
+    ("55P03", "timeout"),  # lock timeout
+    ("25P03", "timeout"),  # idle in transaction past its timeout
+)
+
+# By the driver's or the OS's exception type, where there is no SQLSTATE.
 _CAUSES: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
-    ((asyncpg.InvalidPasswordError, asyncpg.InvalidAuthorizationSpecificationError), "authentication_failed"),
-    ((asyncpg.InvalidCatalogNameError,), "database_missing"),
-    ((asyncpg.InsufficientPrivilegeError,), "permission_denied"),
+    ((asyncpg.TargetServerAttributeNotMatched,), "no_matching_host"),  # target_session_attrs
     ((socket.gaierror,), "name_not_resolved"),
     ((ConnectionRefusedError, FileNotFoundError), "connection_refused"),
-    (
-        (asyncio.TimeoutError, TimeoutError, PoolTimeout, asyncpg.QueryCanceledError, asyncpg.LockNotAvailableError),
-        "timeout",
-    ),
+    ((asyncio.TimeoutError, TimeoutError, PoolTimeout), "timeout"),
 )
 
 
+def _sqlstate_cause(error: BaseException) -> str | None:
+    state = getattr(error, "sqlstate", None)
+    if not isinstance(state, str):
+        return None
+    return next((cause for prefix, cause in _SQLSTATES if state.startswith(prefix)), None)
+
+
 def cause_of(error: BaseException) -> str | None:
-    """The operator-facing category of a database failure (content-free), or ``None`` if unknown."""
+    """The operator-facing category of a database failure (content-free), or ``None`` if unknown: read through
+    the exception chain, from the SQLSTATE when there is one (``_SQLSTATES``), else from the exception's type."""
     seen: list[BaseException] = []
     pending: list[BaseException | None] = [error]
     while pending and len(seen) < 16:
@@ -70,8 +98,10 @@ def cause_of(error: BaseException) -> str | None:
         if current is None or any(current is known for known in seen):
             continue
         seen.append(current)
-        if tls := tls_cause(current):  # before the types: a TLS refusal is also an OSError or an auth error
+        if tls := tls_cause(current):  # before the codes: a TLS refusal is also an OSError or an auth error
             return tls
+        if cause := _sqlstate_cause(current):
+            return cause
         for kinds, cause in _CAUSES:
             if isinstance(current, kinds):
                 return cause
@@ -79,22 +109,93 @@ def cause_of(error: BaseException) -> str | None:
     return None
 
 
-def create_engine(database: DatabaseUrl, pool: dict[str, Any], timeouts: dict[str, str]) -> AsyncEngine:
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How long the store waits on the server, in milliseconds, none of it session state. Each transaction sets
+    ``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_session_timeout`` ``LOCAL`` in its
+    ``BEGIN`` (the same round trip), so the server keeps them exactly whichever session a pooler lends it. A lone
+    statement (``Database.call``: autocommit, no transaction to set them in) is bounded as a whole by the smaller
+    of ``statement_ms`` and ``lock_ms``: past it the driver cancels it at the server (through a pooler too) and
+    fails with ``timeout``, so neither a lock wait nor the statement outlasts its bound."""
+
+    statement_ms: int
+    lock_ms: int
+    idle_in_transaction_ms: int = 60000
+
+    def __post_init__(self) -> None:
+        for value in (self.statement_ms, self.lock_ms, self.idle_in_transaction_ms):
+            if type(value) is not int or not 1 <= value <= 2**31 - 1:  # PostgreSQL's range; 0 would mean never
+                raise ValueError("a bound is a whole number of milliseconds from 1 to 2147483647")
+
+    def begin(self) -> str:
+        """What follows asyncpg's ``BEGIN ...;`` in the same simple query: the bounds, ``LOCAL`` to it."""
+        return (
+            f" SET LOCAL statement_timeout = {self.statement_ms};"
+            f" SET LOCAL lock_timeout = {self.lock_ms};"
+            f" SET LOCAL idle_in_transaction_session_timeout = {self.idle_in_transaction_ms};"
+        )
+
+    @property
+    def lone_statement_seconds(self) -> float:
+        return min(self.statement_ms, self.lock_ms) / 1000
+
+
+_LONE_STATEMENT: ContextVar[bool] = ContextVar("lone_statement", default=False)  # set by ``Database.call`` only
+
+COMMAND_TIMEOUT = 30  # seconds: the driver's last resort for a statement no other bound covers (a migration's)
+
+
+class _Connection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no type hints
+    """asyncpg's connection with the store's ``Bounds`` (``_bounds``, set per engine by ``create_engine``): a
+    transaction's ``BEGIN`` carries them ``LOCAL``, a lone statement is fetched within its bound."""
+
+    _bounds: Bounds
+
+    async def execute(self, query: str, *args: Any, **options: Any) -> str:
+        if not args and query.startswith("BEGIN"):  # asyncpg's own transaction start, as SQLAlchemy's adapter uses it
+            query += self._bounds.begin()
+        return str(await super().execute(query, *args, **options))
+
+    async def prepare(self, query: str, **options: Any) -> _Statement:
+        return _Statement(await super().prepare(query, **options), self._bounds.lone_statement_seconds)
+
+
+class _Statement:
+    """An asyncpg prepared statement as SQLAlchemy's adapter uses it; run by ``Database.call``, its rows are fetched
+    within the bound of a lone statement (asyncpg's ``timeout``: past it, a cancel request to the server)."""
+
+    __slots__ = ("_statement", "_bound")
+
+    def __init__(self, statement: Any, bound: float) -> None:
+        self._statement = statement
+        self._bound = bound
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._statement, name)
+
+    async def fetch(self, *args: Any) -> Any:
+        return await self._statement.fetch(*args, timeout=self._bound if _LONE_STATEMENT.get() else None)
+
+
+def create_engine(database: DatabaseUrl, pool: dict[str, Any], bounds: Bounds) -> AsyncEngine:
     """The store's engine: parameters hidden from logs and exception text, autocommit (transactions say so; a
-    lone statement is one round trip), the pool and server-side ``timeouts`` given, connections prepared."""
+    lone statement is one round trip), the pool given, the server's waits within ``bounds``, connections
+    prepared. It runs alike on a direct connection and behind a transaction pooler: its only start-up parameter
+    is ``application_name``, and it prepares no named statement two clients of one server session could collide
+    on (asyncpg's statement cache is off: each statement is unnamed and parsed again in its own round trip,
+    ``Parse, Bind, Execute, Sync``, so it never meets a statement another client left in that session); what
+    SQLAlchemy caches is the statement's description, on the client."""
     engine = create_async_engine(
         database.url,
         hide_parameters=True,
         isolation_level="AUTOCOMMIT",
         **pool,
         connect_args={
-            **database.connect_args(),
-            "command_timeout": 30,
-            "server_settings": {
-                "application_name": "kagent-memory-governed",
-                **timeouts,
-                "idle_in_transaction_session_timeout": "60000",
-            },
+            **database.driver_args(),
+            "connection_class": type("Connection", (_Connection,), {"_bounds": bounds}),
+            "statement_cache_size": 0,
+            "command_timeout": COMMAND_TIMEOUT,
+            "server_settings": {"application_name": "kagent-memory-governed"},
         },
     )
     prepare_connections(engine)
@@ -105,7 +206,9 @@ def prepare_connections(engine: AsyncEngine) -> None:
     """Checkout without a round trip. A pooled connection whose server side has gone (a restart, a killed
     backend) is known at checkout, since asyncpg marks it closed when its socket ends, and the pool replaces
     it instead of failing the next operation: no pre-ping. Each connection learns pgvector's binary codec
-    once, after the first migration has created the extension, in whichever schema it was created."""
+    once, after the first migration has created the extension, in whichever schema it was created: a codec is
+    the client's (by type OID, the same in every session of the database), so it holds whichever server session
+    a pooler lends the connection."""
 
     def check(dbapi_connection: Any, record: Any, proxy: Any) -> None:
         if dbapi_connection.driver_connection.is_closed():
@@ -147,7 +250,9 @@ class Database:
     keys: Keyrings
 
     async def call(self, statement: Executable, parameters: dict[str, object] | None = None) -> list[Row[Any]]:
-        """One statement in a transaction of its own: one round trip. Its rows; failures as in ``transaction``."""
+        """One statement in a transaction of its own: one round trip, within the bound of a lone statement
+        (``Bounds``). Its rows; failures as in ``transaction``."""
+        lone = _LONE_STATEMENT.set(True)
         try:
             async with self.engine.connect() as conn:
                 result = await conn.execute(statement, parameters)
@@ -156,6 +261,8 @@ class Database:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
         except _DATABASE_ERRORS as error:
             raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
+        finally:
+            _LONE_STATEMENT.reset(lone)
 
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[AsyncConnection]:
