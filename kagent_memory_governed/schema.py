@@ -81,26 +81,26 @@ scopes = Table(
 )
 
 # Memory content, sealed: text and embedding are one ciphertext under a key of the entry's own, held in the key
-# store, never here (R42; store/sealing.py). ``text`` and ``embedding`` hold what an earlier version stored in plain
-# text until ``migrate`` seals it. The scope id leads the primary key so the table can be partitioned or
-# distributed by scope (R35). Entries are immutable: erasure is DELETE (and the key's destruction), expiry never
-# moves.
+# store, never here (R42; store/sealing.py). ``plain_text`` and ``plain_embedding`` hold what an earlier version
+# stored in plain text until ``migrate`` seals it (renamed by 0014, so that version's reads are refused). The scope
+# id leads the primary key so the table can be partitioned or distributed by scope (R35). Entries are immutable:
+# erasure is DELETE, only after the key's destruction (a trigger), and expiry never moves.
 entries = Table(
     "entries",
     metadata,
     Column("scope_id", UUID(as_uuid=True), ForeignKey(scopes.c.scope_id, ondelete="RESTRICT"), nullable=False),
     Column("entry_id", UUID(as_uuid=True), nullable=False),
     Column("sealed", LargeBinary),
-    Column("text", Text),
-    Column("embedding", VECTOR(EMBEDDING_DIMENSIONS)),
+    Column("plain_text", Text),
+    Column("plain_embedding", VECTOR(EMBEDDING_DIMENSIONS)),
     Column("generation", BigInteger, nullable=False),
     Column("created_at", DateTime(timezone=True), nullable=False),
     Column("expires_at", DateTime(timezone=True), nullable=False),
     PrimaryKeyConstraint("scope_id", "entry_id", name="entries_pkey"),
     CheckConstraint("octet_length(sealed) BETWEEN 3103 AND 3614", name="entries_sealed_size"),
     CheckConstraint(
-        "(sealed IS NOT NULL AND text IS NULL AND embedding IS NULL) OR (sealed IS NULL AND text IS NOT NULL"
-        " AND embedding IS NOT NULL AND octet_length(text) BETWEEN 1 AND 512)",
+        "(sealed IS NOT NULL AND plain_text IS NULL AND plain_embedding IS NULL) OR (sealed IS NULL AND plain_text IS"
+        " NOT NULL AND plain_embedding IS NOT NULL AND octet_length(plain_text) BETWEEN 1 AND 512)",
         name="entries_sealed_or_plain",
     ),
     CheckConstraint(

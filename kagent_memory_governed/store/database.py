@@ -147,14 +147,19 @@ COMMAND_TIMEOUT = 30  # seconds: the driver's last resort for a statement no oth
 
 class _Connection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no type hints
     """asyncpg's connection with the store's ``Bounds`` (``_bounds``, set per engine by ``create_engine``): a
-    transaction's ``BEGIN`` carries them ``LOCAL``, a lone statement is fetched within its bound."""
+    transaction's ``BEGIN`` carries them ``LOCAL`` and is itself answered within the bound of a lone statement (or
+    the connection is closed), a lone statement is fetched within its bound."""
 
     _bounds: Bounds
 
     async def execute(self, query: str, *args: Any, **options: Any) -> str:
-        if not args and query.startswith("BEGIN"):  # asyncpg's own transaction start, as SQLAlchemy's adapter uses it
-            query += self._bounds.begin()
-        return str(await super().execute(query, *args, **options))
+        if args or not query.startswith("BEGIN"):  # asyncpg's own transaction start is the one rewritten
+            return str(await super().execute(query, *args, **options))
+        try:  # what the server cannot bound: the wait for a server session (a pooler's), bounded as a lone statement
+            return str(await super().execute(query + self._bounds.begin(), timeout=self._bounds.lone_statement_seconds))
+        except TimeoutError:
+            self.terminate()  # the BEGIN may still run later and leave a transaction open: never reuse the connection
+            raise
 
     async def prepare(self, query: str, **options: Any) -> _Statement:
         return _Statement(await super().prepare(query, **options), self._bounds.lone_statement_seconds)
@@ -205,32 +210,42 @@ def create_engine(database: DatabaseUrl, pool: dict[str, Any], bounds: Bounds) -
 def prepare_connections(engine: AsyncEngine) -> None:
     """Checkout without a round trip. A pooled connection whose server side has gone (a restart, a killed
     backend) is known at checkout, since asyncpg marks it closed when its socket ends, and the pool replaces
-    it instead of failing the next operation: no pre-ping. Each connection learns pgvector's binary codec
-    once, after the first migration has created the extension, in whichever schema it was created: a codec is
-    the client's (by type OID, the same in every session of the database), so it holds whichever server session
-    a pooler lends the connection."""
+    it instead of failing the next operation: no pre-ping. Each connection learns pgvector's binary codec and the
+    array types the store binds once, after the first migration has created the extension, in whichever schema it
+    was created (``_register_codecs``): a codec is the client's (by type OID, the same in every session of the
+    database), so it holds whichever server session a pooler lends the connection."""
 
     def check(dbapi_connection: Any, record: Any, proxy: Any) -> None:
         if dbapi_connection.driver_connection.is_closed():
             raise DisconnectionError
         if not record.info.get("vector_codec"):
             with suppress(ValueError):  # "unknown type": the extension does not exist yet
-                dbapi_connection.run_async(_register_vector)
+                dbapi_connection.run_async(_register_codecs)
                 record.info["vector_codec"] = True
 
     event.listen(engine.sync_engine, "checkout", check)
 
 
-async def _register_vector(conn: asyncpg.Connection) -> None:
+# The array types the store's statements bind: asyncpg learns them from the server on first use
+_ARRAYS = "SELECT NULL::bytea[], NULL::int4[], NULL::int8[], NULL::uuid[], NULL::text[]"
+
+
+async def _register_codecs(conn: asyncpg.Connection) -> None:
     """pgvector's binary codec on ``conn``, for the schema the extension is installed in (any: the database
-    functions name it by schema too); ``ValueError`` while it is not installed."""
-    schema = await conn.fetchval(
-        "SELECT n.nspname FROM pg_catalog.pg_extension AS e JOIN pg_catalog.pg_namespace AS n"
-        " ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
-    )
-    if schema is None:
-        raise ValueError("unknown type: vector")
-    await register_vector(conn, schema=schema)
+    functions name it by schema too), and the array types the store binds, learnt in one transaction within the
+    bound of a lone statement; ``ValueError`` while pgvector is not installed. One transaction, because asyncpg
+    learns a type by asking the server with JIT turned off for the session and back: outside a transaction,
+    behind a transaction pooler, it would turn it off in one server session and back in another."""
+    bounds: Bounds | None = getattr(conn, "_bounds", None)
+    async with asyncio.timeout(bounds.lone_statement_seconds if bounds else None), conn.transaction():
+        schema = await conn.fetchval(
+            "SELECT n.nspname FROM pg_catalog.pg_extension AS e JOIN pg_catalog.pg_namespace AS n"
+            " ON n.oid = e.extnamespace WHERE e.extname = 'vector'"
+        )
+        if schema is None:
+            raise ValueError("unknown type: vector")
+        await register_vector(conn, schema=schema)
+        await conn.fetchrow(_ARRAYS)
 
 
 class _Refused(Exception):
@@ -326,6 +341,8 @@ async def record(
         row["cause"] = cause
     await conn.execute(insert(ledger).values(row))
 
+
+KEYS_DESTROYED = "governed_memory.keys_destroyed"  # set for a transaction that deletes entries whose keys are gone
 
 _CAUSE = re.compile(r"[a-z0-9_]{1,32}")  # the ledger's cause column takes codes only (``ledger_cause_code``)
 

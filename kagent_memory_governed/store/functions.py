@@ -88,10 +88,11 @@ COLLECT_TURNS = _call(
     _SCOPE | {"session": UUID(), "candidates": ARRAY(UUID)},
     ("refusal", "invocation_ref", "recalled"),
 )
-CLEAR = text("CALL governed_memory.clear(:scope, :generation, :operation, :entry, :now, NULL, NULL)").bindparams(
+CLEAR = text("CALL governed_memory.clear(:scope, :generation, :operation, :entry, :now, true, NULL, NULL)").bindparams(
     bindparam("scope", type_=UUID()),
     bindparam("generation", type_=BigInteger()),
     bindparam("operation", type_=Text()),
     bindparam("entry", type_=UUID()),
     bindparam("now", type_=DateTime(timezone=True)),
-)  # a procedure: it commits between its steps, so it is called outside any transaction; answers (erased, remaining)
+)  # a procedure: it commits between its steps, so it is called outside any transaction; answers (erased, remaining);
+# called only once the erased keys are destroyed and verified gone (``true``: ``entries_deleted_after_keys``)

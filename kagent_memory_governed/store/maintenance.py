@@ -17,7 +17,7 @@ from kagent_memory_governed import clock
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.schema import entries, ledger, live, replays, scopes, turns, usage
 from kagent_memory_governed.store import erasure
-from kagent_memory_governed.store.database import Database, record
+from kagent_memory_governed.store.database import KEYS_DESTROYED, Database, record
 
 logger = logging.getLogger(__name__)
 
@@ -85,6 +85,7 @@ async def _expire(db: Database, now: datetime, *, batch: int) -> tuple[int, bool
             pairs += [(scope, entry) for entry in expired]
         if pairs:
             async with db.transaction() as conn:
+                await conn.execute(select(func.set_config(KEYS_DESTROYED, "on", True)))  # verified above
                 deleted = await conn.execute(
                     delete(entries).where(tuple_(entries.c.scope_id, entries.c.entry_id).in_(pairs), not_(live(now)))
                 )

@@ -66,27 +66,12 @@ async def migrate(db: Database, to: str = "head") -> str:
         await conn.execute(CreateSchema(SCHEMA, if_not_exists=True))
         await conn.run_sync(move)
     migrated = await revision(db)
-    if migrated not in _before_binding(scripts):
-        await binding.bind(db)  # before any key is stored: never into a key store of another database
-    if migrated not in _before_sealing(scripts):
-        await seal_plain_entries(db)
     if migrated is None:  # alembic records every revision it reaches
         raise GovernedMemoryError(Reason.SCHEMA_MISSING)
+    if migrated == _head(scripts):  # the schema this package's statements name; an older one is an older release's
+        await binding.bind(db)  # before any key is stored: never into a key store of another database
+        await seal_plain_entries(db)
     return migrated
-
-
-def _before_sealing(scripts: ScriptDirectory) -> set[str | None]:
-    """Revisions whose entries have no ``sealed`` column: nothing to seal there."""
-    return {None} | _ancestors(scripts, _SEALING)
-
-
-_SEALING = "0011"
-_BINDING = "0014"
-
-
-def _before_binding(scripts: ScriptDirectory) -> set[str | None]:
-    """Revisions without the ``binding`` table."""
-    return {None} | _ancestors(scripts, _BINDING)
 
 
 async def seal_plain_entries(db: Database, *, batch: int = 500) -> int:
@@ -122,7 +107,7 @@ async def _seal(db: Database, batch: int) -> int:
         async with db.transaction() as conn:
             rows = (
                 await conn.execute(
-                    select(entries.c.scope_id, entries.c.entry_id, entries.c.text, entries.c.embedding)
+                    select(entries.c.scope_id, entries.c.entry_id, entries.c.plain_text, entries.c.plain_embedding)
                     .add_columns(entries.c.generation)
                     .where(entries.c.sealed.is_(None))
                     .order_by(entries.c.scope_id, entries.c.entry_id)
@@ -132,8 +117,10 @@ async def _seal(db: Database, batch: int) -> int:
             ).all()
             by_scope: dict[uuid.UUID, dict[uuid.UUID, tuple[EntryKey, bytes]]] = {}
             for row in rows:
-                key = sealing.new_key(row.text, row.scope_id, row.generation)
-                sealed = sealing.seal(key, row.scope_id, row.entry_id, row.text, numpy.asarray(row.embedding))
+                key = sealing.new_key(row.plain_text, row.scope_id, row.generation)
+                sealed = sealing.seal(
+                    key, row.scope_id, row.entry_id, row.plain_text, numpy.asarray(row.plain_embedding)
+                )
                 by_scope.setdefault(row.scope_id, {})[row.entry_id] = (key, sealed)
             for scope, sealed_entries in by_scope.items():
                 await db.keys.store.store(scope, {entry: key for entry, (key, _) in sealed_entries.items()})
@@ -142,7 +129,7 @@ async def _seal(db: Database, batch: int) -> int:
                     await conn.execute(
                         update(entries)
                         .where(entries.c.scope_id == scope, entries.c.entry_id == entry)
-                        .values(sealed=sealed, text=None, embedding=None)
+                        .values(sealed=sealed, plain_text=None, plain_embedding=None)
                     )
             if rows:  # committed with the batch: a crash before the rewrite leaves it due
                 await record(conn, _SEALED, Result.OK, count=len(rows))

@@ -36,6 +36,10 @@ NOT_CODES = {
     "hourly",
     "governed_memory: entries are immutable",
     "check_violation",
+    "governed_memory: entries are deleted after their keys",
+    "object_not_in_prerequisite_state",
+    "governed_memory.keys_destroyed",
+    "on",
 }
 
 

@@ -260,3 +260,28 @@ async def test_an_erasure_that_failed_closed_names_its_cause_in_the_ledger_and_o
         assert lines == ["erasure failed closed: off (keys_not_destroyed)"]
     finally:
         await replica.close()
+
+
+async def test_the_database_deletes_entries_only_for_code_that_destroyed_their_keys(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+):
+    """What a replica of an earlier release would do beside a migrated database: delete rows without destroying
+    their keys (its sweep), call ``clear`` as it knew it (its erasures). Both are refused by the database, and the
+    erasure it fenced is left unfinished for this release to complete, keys first."""
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    [entry] = await store.write(key, generation, facts("likes green tea"))
+    with pytest.raises(asyncpg.ObjectNotInPrerequisiteStateError, match="deleted after their keys"):
+        await sql.execute("DELETE FROM governed_memory.entries WHERE entry_id = $1", entry)
+    await sql.execute(  # an earlier release's fence, then its call of the procedure it knew
+        "UPDATE governed_memory.scopes SET enabled = false, generation = generation + 1, erasure = 'pending',"
+        " erasure_entry = NULL, resume = false WHERE scope_id = $1",
+        key.scope_id,
+    )
+    with pytest.raises(asyncpg.ObjectNotInPrerequisiteStateError, match="deleted after their keys"):
+        await sql.execute(
+            "CALL governed_memory.clear($1, $2, 'off', NULL, now(), NULL, NULL)", key.scope_id, generation + 1
+        )
+    assert entry in await store.key_store.fetch(key.scope_id)  # nothing was deleted, nothing destroyed
+    status = await store.status(key)  # this release completes the erasure first: keys, then rows
+    assert (status.enabled, status.entries, status.last_erasure.result.value) == (False, 0, "verified")
+    assert entry not in await store.key_store.fetch(key.scope_id)

@@ -78,7 +78,7 @@ async def test_the_declared_schema_matches_the_migrations(store: Store, database
 async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key(sql: asyncpg.Connection, store):
     storage = await sql.fetch(
         "SELECT attstorage::text FROM pg_attribute WHERE attrelid = 'governed_memory.entries'::regclass"
-        " AND attname IN ('embedding', 'sealed')"
+        " AND attname IN ('plain_embedding', 'sealed')"
     )
     assert [row[0] for row in storage] == ["p", "p"]  # inline, never compressed or moved to TOAST
     leading = await sql.fetchval(
@@ -90,8 +90,9 @@ async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key
 
 async def test_the_database_refuses_orphan_entries_and_wrong_dimensions(sql: asyncpg.Connection, store):
     insert = (
-        "INSERT INTO governed_memory.entries (scope_id, entry_id, text, embedding, generation, created_at,"
-        " expires_at) VALUES (gen_random_uuid(), gen_random_uuid(), 'x', $1, 1, now(), now() + interval '1 hour')"
+        "INSERT INTO governed_memory.entries (scope_id, entry_id, plain_text, plain_embedding, generation,"
+        " created_at, expires_at) VALUES (gen_random_uuid(), gen_random_uuid(), 'x', $1, 1, now(),"
+        " now() + interval '1 hour')"
     )
     with pytest.raises(asyncpg.ForeignKeyViolationError):
         await sql.execute(insert, str([1.0] * 768))
@@ -110,21 +111,22 @@ async def test_migrate_seals_entries_an_earlier_version_stored_in_plain_text(fre
         key = make_key("legacy")
         await store.grant(key, purpose="assist", policy_version="v1")
         vector = embed("likes green tea")
-        await sql.execute(
+        await sql.execute(  # as 0010 stored it
             "INSERT INTO governed_memory.entries (scope_id, entry_id, text, embedding, generation, created_at,"
             " expires_at) VALUES ($1, gen_random_uuid(), 'likes green tea', $2, 1, now(), now() + interval '1 day')",
             key.scope_id,
             str(vector),
         )
         assert await store.migrate() == "0014"
-        row = await sql.fetchrow("SELECT text, embedding, sealed FROM governed_memory.entries")
-        assert (row["text"], row["embedding"]) == (None, None) and len(row["sealed"]) > 3000
+        row = await sql.fetchrow("SELECT plain_text, plain_embedding, sealed FROM governed_memory.entries")
+        assert (row["plain_text"], row["plain_embedding"]) == (None, None) and len(row["sealed"]) > 3000
         await store.check_ready()
         [hit] = await store.search(key, 1, vector, top_k=1)
         assert hit.text == "likes green tea"
         await sql.execute(  # as a migrate interrupted after 0011 and before sealing leaves one
-            "INSERT INTO governed_memory.entries (scope_id, entry_id, text, embedding, generation, created_at,"
-            " expires_at) VALUES ($1, gen_random_uuid(), 'left plain', $2, 1, now(), now() + interval '1 day')",
+            "INSERT INTO governed_memory.entries (scope_id, entry_id, plain_text, plain_embedding, generation,"
+            " created_at, expires_at) VALUES ($1, gen_random_uuid(), 'left plain', $2, 1, now(), now() + interval"
+            " '1 day')",
             key.scope_id,
             str(vector),
         )

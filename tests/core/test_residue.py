@@ -90,7 +90,11 @@ def _found(pattern: re.Pattern[bytes], *copies: Path) -> list[str]:
     hits = []
     for copy in copies:
         for file in _files(copy):
-            if pattern.search(file.read_bytes()):
+            try:
+                found = pattern.search(file.read_bytes())
+            except FileNotFoundError:  # a running server's file removed meanwhile: it holds nothing any more
+                continue
+            if found:
                 hits.append(str(file))
     return hits
 

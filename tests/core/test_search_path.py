@@ -86,7 +86,7 @@ GRANT INSERT ON {schema}.calls TO PUBLIC;
 CREATE FUNCTION {schema}.steal(name text) RETURNS void LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO {schema}.calls VALUES (name, NULL);
-    INSERT INTO {schema}.calls SELECT name, e.text FROM governed_memory.entries AS e;
+    INSERT INTO {schema}.calls SELECT name, e.plain_text FROM governed_memory.entries AS e;
 END
 $$;
 CREATE FUNCTION {schema}.distance(a public.vector, b public.vector) RETURNS double precision LANGUAGE plpgsql AS $$

@@ -53,7 +53,7 @@ async def test_expires_at_cannot_be_changed_in_sql(store: Store, key: ScopeKey, 
     for statement in (
         "UPDATE governed_memory.entries SET expires_at = expires_at + interval '1 day' WHERE entry_id = $1",
         "UPDATE governed_memory.entries SET expires_at = expires_at - interval '1 second' WHERE entry_id = $1",
-        "UPDATE governed_memory.entries SET text = 'rewritten' WHERE entry_id = $1",
+        "UPDATE governed_memory.entries SET plain_text = 'rewritten' WHERE entry_id = $1",
     ):
         with pytest.raises(asyncpg.CheckViolationError, match="entries are immutable"):
             await sql.execute(statement, entry)

@@ -146,7 +146,7 @@ async def test_vectors_are_sealed_as_sent(store: Store, key: ScopeKey, sql: asyn
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     [entry_id] = await store.write(key, generation, facts("likes green tea"))
     row = await sql.fetchrow("SELECT * FROM governed_memory.entries WHERE entry_id = $1", entry_id)
-    assert row["text"] is None and row["embedding"] is None  # only the ciphertext is stored
+    assert row["plain_text"] is None and row["plain_embedding"] is None  # only the ciphertext is stored
     keyring = await store.key_store.fetch(key.scope_id)
     [opened] = sealing.open_entries(key.scope_id, [sealing.Row(*(row[c] for c in sealing.Row._fields))], keyring)
     assert opened.text == "likes green tea"
@@ -219,8 +219,10 @@ async def test_a_scope_is_read_by_its_key_never_through_the_expiry_index(
         return {row["indexrelname"]: row["idx_scan"] for row in rows}
 
     try:
+        migrating = Store.connect(url, Policy(), keys=keys_of(url))  # migrate takes two sessions: the lock's too
+        await migrating.migrate()
+        await migrating.close()
         loading = Store.connect(url, Policy(), keys=keys_of(url), pool_size=1, max_overflow=0)
-        await loading.migrate()
         keys = [make_key(f"reader{i}") for i in range(20)]
         for key in keys:
             generation = (await loading.grant(key, purpose="assist", policy_version="v1")).generation
