@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from kagent_memory_governed.errors import ConfigurationError
-from kagent_memory_governed.keys.keyring import EntryKey, Keyring, KeyStore
+from kagent_memory_governed.keys.keyring import Binding, EntryKey, Keyring, KeyStore
 from kagent_memory_governed.keys.local import LocalKeyStore
 from kagent_memory_governed.keys.openbao import OpenBaoKeyStore
 
@@ -165,4 +165,4 @@ def _loopback(host: str) -> bool:
         return False
 
 
-__all__ = ["EntryKey", "KeyStore", "Keyring", "LocalKeyStore", "OpenBaoKeyStore", "check_url", "configured"]
+__all__ = ["Binding", "EntryKey", "KeyStore", "Keyring", "LocalKeyStore", "OpenBaoKeyStore", "check_url", "configured"]

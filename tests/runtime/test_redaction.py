@@ -232,7 +232,7 @@ async def test_a_database_error_echoing_the_fact_is_withheld(sinks: Sinks, agent
     sentinel = "SENTINEL-DB-ERROR-5e5e"
     await sinks.sql.execute(
         "CREATE FUNCTION governed_memory.echo() RETURNS trigger LANGUAGE plpgsql AS"
-        " $$ BEGIN RAISE EXCEPTION 'rejected row: %', NEW.text; END; $$;"
+        " $$ BEGIN RAISE EXCEPTION 'rejected row: %', NEW.plain_text; END; $$;"
         "CREATE TRIGGER echo BEFORE INSERT ON governed_memory.entries"
         " FOR EACH ROW EXECUTE FUNCTION governed_memory.echo()"
     )
