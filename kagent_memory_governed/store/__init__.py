@@ -65,7 +65,7 @@ from kagent_memory_governed.store import (
     schema_admin,
     turns,
 )
-from kagent_memory_governed.store.database import Bounds, Database, create_engine
+from kagent_memory_governed.store.database import Database, create_engine
 from kagent_memory_governed.store.sealing import Keyrings
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
@@ -117,21 +117,18 @@ class Store:
         statement_timeout_ms: int = 15000,
         lock_timeout_ms: int = 10000,
     ) -> Store:
-        """A store over ``url`` (``postgresql+asyncpg://``, libpq's TLS, ``connect_timeout``, multi-host and
+        """A store over ``url`` (``postgresql+asyncpg://``; libpq's TLS, ``connect_timeout``, multi-host and
         ``target_session_attrs`` parameters with libpq's meaning: ``connection``; a bad one is a ``ConfigurationError``
-        naming it). Connections are opened lazily. Statement parameters never appear in logs or exception text, nor
-        do result rows (``redaction``). A pool that stays exhausted, a connection attempt past ``connect_timeout``, a
-        statement or lock wait past its timeout: ``store_unavailable`` (``timeout``); the timeouts are the server's
-        in every transaction and bound a lone statement of the hot path as a whole (``database.Bounds``). There is
-        no pre-ping: a connection the driver knows is closed is replaced at checkout (``database``). It runs alike
-        direct and behind a transaction pooler such as PgBouncer (docs/operator.md), whose refusals are named by
-        their SQLSTATE (``database.cause_of``).
+        naming it), alike direct and behind a transaction pooler (docs/operator.md). Opened lazily. Parameters and
+        result rows never appear in logs or exception text (``redaction``). An exhausted pool, a connection attempt
+        past ``connect_timeout``, a statement or lock wait past its timeout (``connection.Bounds``):
+        ``store_unavailable (timeout)``. No pre-ping: a connection known closed is replaced at checkout.
 
         Entries are sealed under keys held in ``keys``, a key store outside the database; unset, the one the
         settings configure (``KAGENT_GOVERNED_MEMORY_KEY_STORE``, by default the embedded one beside the embedded
         database: ``kagent_memory_governed.keys.configured``)."""
         database = connection.parse(url)
-        bounds = Bounds(statement_ms=statement_timeout_ms, lock_ms=lock_timeout_ms)  # ValueError unless whole ms, >= 1
+        bounds = connection.Bounds(statement_timeout_ms, lock_timeout_ms)  # ValueError unless whole ms, >= 1
         if keys is None:
             from kagent_memory_governed.settings import Settings
 

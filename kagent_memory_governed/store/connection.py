@@ -13,6 +13,9 @@ contradiction, is refused before any connection with a ``ConfigurationError`` na
 its value.
 
 A connection that fails in TLS is ``store_unavailable`` with a content-free cause (``tls_cause``).
+
+The driver's connection carries the store's timeouts (``Bounds``) per transaction and per lone statement, never
+as session state, so it runs alike direct and behind a transaction pooler (``BoundedConnection``).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from __future__ import annotations
 import os
 import re
 import ssl
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -180,6 +184,80 @@ def _default_root() -> bool:
     if os.environ.get("PGSSLROOTCERT"):
         return True
     return (Path.home() / ".postgresql" / "root.crt").is_file()
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """How long the store waits on the server, in milliseconds, none of it session state. Each transaction sets
+    ``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_session_timeout`` ``LOCAL`` in its
+    ``BEGIN`` (the same round trip), so the server keeps them exactly whichever session a pooler lends it. A lone
+    statement (``Database.call``: autocommit, no transaction to set them in) is bounded as a whole by the smaller
+    of ``statement_ms`` and ``lock_ms``: past it the driver cancels it at the server (through a pooler too) and
+    fails with ``timeout``, so neither a lock wait nor the statement outlasts its bound."""
+
+    statement_ms: int
+    lock_ms: int
+    idle_in_transaction_ms: int = 60000
+
+    def __post_init__(self) -> None:
+        for value in (self.statement_ms, self.lock_ms, self.idle_in_transaction_ms):
+            if type(value) is not int or not 1 <= value <= 2**31 - 1:  # PostgreSQL's range; 0 would mean never
+                raise ValueError("a bound is a whole number of milliseconds from 1 to 2147483647")
+
+    def begin(self) -> str:
+        """What follows asyncpg's ``BEGIN ...;`` in the same simple query: the bounds, ``LOCAL`` to it."""
+        return (
+            f" SET LOCAL statement_timeout = {self.statement_ms};"
+            f" SET LOCAL lock_timeout = {self.lock_ms};"
+            f" SET LOCAL idle_in_transaction_session_timeout = {self.idle_in_transaction_ms};"
+        )
+
+    @property
+    def lone_statement_seconds(self) -> float:
+        return min(self.statement_ms, self.lock_ms) / 1000
+
+
+# set by ``Database.call`` only: the statement it runs is fetched within the bound of a lone statement
+LONE_STATEMENT: ContextVar[bool] = ContextVar("lone_statement", default=False)
+
+COMMAND_TIMEOUT = 30  # seconds: the driver's last resort for a statement no other bound covers (a migration's)
+
+
+class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no type hints
+    """asyncpg's connection with the store's ``Bounds`` (``_bounds``, set per engine by ``create_engine``): a
+    transaction's ``BEGIN`` carries them ``LOCAL`` and is itself answered within the bound of a lone statement (or
+    the connection is closed), a lone statement is fetched within its bound."""
+
+    _bounds: Bounds
+
+    async def execute(self, query: str, *args: Any, **options: Any) -> str:
+        if args or not query.startswith("BEGIN"):  # asyncpg's own transaction start is the one rewritten
+            return str(await super().execute(query, *args, **options))
+        try:  # what the server cannot bound: the wait for a server session (a pooler's), bounded as a lone statement
+            return str(await super().execute(query + self._bounds.begin(), timeout=self._bounds.lone_statement_seconds))
+        except TimeoutError:
+            self.terminate()  # the BEGIN may still run later and leave a transaction open: never reuse the connection
+            raise
+
+    async def prepare(self, query: str, **options: Any) -> BoundedStatement:
+        return BoundedStatement(await super().prepare(query, **options), self._bounds.lone_statement_seconds)
+
+
+class BoundedStatement:
+    """An asyncpg prepared statement as SQLAlchemy's adapter uses it; run by ``Database.call``, its rows are fetched
+    within the bound of a lone statement (asyncpg's ``timeout``: past it, a cancel request to the server)."""
+
+    __slots__ = ("_statement", "_bound")
+
+    def __init__(self, statement: Any, bound: float) -> None:
+        self._statement = statement
+        self._bound = bound
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._statement, name)
+
+    async def fetch(self, *args: Any) -> Any:
+        return await self._statement.fetch(*args, timeout=self._bound if LONE_STATEMENT.get() else None)
 
 
 def tls_cause(error: BaseException) -> str | None:

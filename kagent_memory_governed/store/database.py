@@ -9,7 +9,7 @@ the reason is raised; a function returns its refusal, its ledger row committed w
 Nothing is left in a server session that a transaction pooler (PgBouncer, ``pool_mode = transaction``) could
 not carry, so the store runs the same direct and behind one: no start-up parameter but ``application_name``
 (which PgBouncer tracks), the bounds set ``LOCAL`` in each transaction's ``BEGIN`` and, for a lone statement,
-kept by the driver (``Bounds``), and no named prepared statement (``create_engine``).
+kept by the driver (``connection.Bounds``), and no named prepared statement (``create_engine``).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import socket
 import uuid
 from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager, suppress
-from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
@@ -38,7 +37,14 @@ from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.schema import ledger, scopes
-from kagent_memory_governed.store.connection import DatabaseUrl, tls_cause
+from kagent_memory_governed.store.connection import (
+    COMMAND_TIMEOUT,
+    LONE_STATEMENT,
+    BoundedConnection,
+    Bounds,
+    DatabaseUrl,
+    tls_cause,
+)
 from kagent_memory_governed.store.sealing import Keyrings
 
 _DATABASE_ERRORS = (
@@ -109,79 +115,6 @@ def cause_of(error: BaseException) -> str | None:
     return None
 
 
-@dataclass(frozen=True, slots=True)
-class Bounds:
-    """How long the store waits on the server, in milliseconds, none of it session state. Each transaction sets
-    ``statement_timeout``, ``lock_timeout`` and ``idle_in_transaction_session_timeout`` ``LOCAL`` in its
-    ``BEGIN`` (the same round trip), so the server keeps them exactly whichever session a pooler lends it. A lone
-    statement (``Database.call``: autocommit, no transaction to set them in) is bounded as a whole by the smaller
-    of ``statement_ms`` and ``lock_ms``: past it the driver cancels it at the server (through a pooler too) and
-    fails with ``timeout``, so neither a lock wait nor the statement outlasts its bound."""
-
-    statement_ms: int
-    lock_ms: int
-    idle_in_transaction_ms: int = 60000
-
-    def __post_init__(self) -> None:
-        for value in (self.statement_ms, self.lock_ms, self.idle_in_transaction_ms):
-            if type(value) is not int or not 1 <= value <= 2**31 - 1:  # PostgreSQL's range; 0 would mean never
-                raise ValueError("a bound is a whole number of milliseconds from 1 to 2147483647")
-
-    def begin(self) -> str:
-        """What follows asyncpg's ``BEGIN ...;`` in the same simple query: the bounds, ``LOCAL`` to it."""
-        return (
-            f" SET LOCAL statement_timeout = {self.statement_ms};"
-            f" SET LOCAL lock_timeout = {self.lock_ms};"
-            f" SET LOCAL idle_in_transaction_session_timeout = {self.idle_in_transaction_ms};"
-        )
-
-    @property
-    def lone_statement_seconds(self) -> float:
-        return min(self.statement_ms, self.lock_ms) / 1000
-
-
-_LONE_STATEMENT: ContextVar[bool] = ContextVar("lone_statement", default=False)  # set by ``Database.call`` only
-
-COMMAND_TIMEOUT = 30  # seconds: the driver's last resort for a statement no other bound covers (a migration's)
-
-
-class _Connection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no type hints
-    """asyncpg's connection with the store's ``Bounds`` (``_bounds``, set per engine by ``create_engine``): a
-    transaction's ``BEGIN`` carries them ``LOCAL`` and is itself answered within the bound of a lone statement (or
-    the connection is closed), a lone statement is fetched within its bound."""
-
-    _bounds: Bounds
-
-    async def execute(self, query: str, *args: Any, **options: Any) -> str:
-        if args or not query.startswith("BEGIN"):  # asyncpg's own transaction start is the one rewritten
-            return str(await super().execute(query, *args, **options))
-        try:  # what the server cannot bound: the wait for a server session (a pooler's), bounded as a lone statement
-            return str(await super().execute(query + self._bounds.begin(), timeout=self._bounds.lone_statement_seconds))
-        except TimeoutError:
-            self.terminate()  # the BEGIN may still run later and leave a transaction open: never reuse the connection
-            raise
-
-    async def prepare(self, query: str, **options: Any) -> _Statement:
-        return _Statement(await super().prepare(query, **options), self._bounds.lone_statement_seconds)
-
-
-class _Statement:
-    """An asyncpg prepared statement as SQLAlchemy's adapter uses it; run by ``Database.call``, its rows are fetched
-    within the bound of a lone statement (asyncpg's ``timeout``: past it, a cancel request to the server)."""
-
-    __slots__ = ("_statement", "_bound")
-
-    def __init__(self, statement: Any, bound: float) -> None:
-        self._statement = statement
-        self._bound = bound
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._statement, name)
-
-    async def fetch(self, *args: Any) -> Any:
-        return await self._statement.fetch(*args, timeout=self._bound if _LONE_STATEMENT.get() else None)
-
-
 def create_engine(database: DatabaseUrl, pool: dict[str, Any], bounds: Bounds) -> AsyncEngine:
     """The store's engine: parameters hidden from logs and exception text, autocommit (transactions say so; a
     lone statement is one round trip), the pool given, the server's waits within ``bounds``, connections
@@ -197,7 +130,7 @@ def create_engine(database: DatabaseUrl, pool: dict[str, Any], bounds: Bounds) -
         **pool,
         connect_args={
             **database.driver_args(),
-            "connection_class": type("Connection", (_Connection,), {"_bounds": bounds}),
+            "connection_class": type("Connection", (BoundedConnection,), {"_bounds": bounds}),
             "statement_cache_size": 0,
             "command_timeout": COMMAND_TIMEOUT,
             "server_settings": {"application_name": "kagent-memory-governed"},
@@ -267,7 +200,7 @@ class Database:
     async def call(self, statement: Executable, parameters: dict[str, object] | None = None) -> list[Row[Any]]:
         """One statement in a transaction of its own: one round trip, within the bound of a lone statement
         (``Bounds``). Its rows; failures as in ``transaction``."""
-        lone = _LONE_STATEMENT.set(True)
+        lone = LONE_STATEMENT.set(True)
         try:
             async with self.engine.connect() as conn:
                 result = await conn.execute(statement, parameters)
@@ -277,7 +210,7 @@ class Database:
         except _DATABASE_ERRORS as error:
             raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
         finally:
-            _LONE_STATEMENT.reset(lone)
+            LONE_STATEMENT.reset(lone)
 
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[AsyncConnection]:
