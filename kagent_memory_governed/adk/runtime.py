@@ -75,8 +75,9 @@ def install(
     trust = settings.trust()
     if store is None:
         from kagent_memory_governed.embedded import database_url
+        from kagent_memory_governed.keys import configured
 
-        store = Store.connect(database_url(settings), settings.load_policy())
+        store = Store.connect(database_url(settings), settings.load_policy(), keys=configured(settings))
     redaction.install()
     metering.export_from_environment()
     mode = Mode.ENTRY_POINT if integration.upstream_has_extensions() else Mode.RUNTIME_PATCHING
