@@ -8,8 +8,9 @@ in the database. Entries stored in plain text by an earlier version keep their c
 sealed them (``Store.migrate``, right after this revision); the server refuses to serve while any is left
 (``schema_outdated``). Plain-text copies in WAL, replicas and backups taken before remain (docs/privacy.md).
 
-The downgrade refuses while sealed entries exist: an earlier version could not read them. Erase them first
-(``forget-all``/``off``), or keep this revision. Frozen copies: ``migrations/sql/0011/`` (``replaceable``).
+The downgrade refuses while sealed entries exist: an earlier version could not read them (``bad_input``, cause
+``sealed entries: erase them first, or keep 0011``, and nothing changes). Erase them first (``forget-all``/``off``),
+or keep this revision. Frozen copies: ``migrations/sql/0011/`` (``replaceable``).
 
 Revision ID: 0011
 Revises: 0010
@@ -21,6 +22,7 @@ import sqlalchemy as sa
 from alembic import op
 from pgvector.sqlalchemy import VECTOR
 
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.migrations import replaceable
 
 revision = "0011"
@@ -52,7 +54,9 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     if op.get_bind().scalar(sa.text("SELECT EXISTS (SELECT FROM governed_memory.entries WHERE sealed IS NOT NULL)")):
-        raise RuntimeError("sealed entries cannot be downgraded: erase them first, or keep revision 0011")
+        # a refusal like every other target migrate refuses, in one line naming why (no count, no content); the
+        # transaction migrate runs in rolls back every step of this downgrade taken before it
+        raise GovernedMemoryError(Reason.BAD_INPUT, cause="sealed entries: erase them first, or keep 0011")
     op.execute("DROP FUNCTION governed_memory.search(uuid, bigint, timestamptz)")
     op.execute(
         "DROP FUNCTION governed_memory.write(uuid, bigint, timestamptz, uuid[], bytea[], integer[], uuid[], uuid[],"
