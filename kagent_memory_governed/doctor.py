@@ -2,9 +2,10 @@
 
 Run inside the agent's container (``kubectl exec``), it checks what the running server relies on: the
 settings and policy load, the bridge key, issuer, homeserver and agent identity are usable, the key store
-is reachable and authorized, the database is reachable with the schema at head, and governed memory (never
-upstream's) is active in the process.
-It prints check names, ``ok`` or ``FAILED`` and a reason code; never a setting's value. It writes nothing.
+is reachable and authorized, the database is reachable with the schema at head, what its replication means for
+erasures (``store/replication.py``), and governed memory (never upstream's) is active in the process.
+It prints check names, ``ok`` (with a note, for the replication) or ``FAILED`` and a reason code; never a setting's
+value. It writes nothing.
 """
 
 from __future__ import annotations
@@ -29,12 +30,13 @@ from kagent_memory_governed.settings import ENV_PREFIX, Settings, problems
 
 class Check(NamedTuple):
     """One check: its name, whether it passed, and when it did not a content-free reason code and the
-    setting or policy key at fault (a name, never a value)."""
+    setting or policy key at fault (a name, never a value); a content-free ``note`` on what passed."""
 
     name: str
     ok: bool
     reason: str | None = None
     at: str | None = None
+    note: str | None = None
 
 
 def _policy(settings: Settings) -> tuple[Check, Policy]:
@@ -83,9 +85,12 @@ async def _key_store(settings: Settings) -> tuple[Check, KeyStore | None]:
     return Check("key_store", True), store
 
 
-async def _database(settings: Settings, policy: Policy, key_store: KeyStore | None) -> Check:
+async def _database(settings: Settings, policy: Policy, key_store: KeyStore | None) -> tuple[Check, Check]:
+    """The database line, and the replication line: its kind and what it means for erasures. A server in recovery
+    (a standby) fails it, ``read_only``; any other kind passes with its note, ``unknown`` too."""
+    unread = Check("replication", True, note="unknown (no database to read it from)")
     if settings.database_url is None:  # never start the embedded server from here
-        return Check("database", False, "embedded_default_is_for_local_use_only")
+        return Check("database", False, "embedded_default_is_for_local_use_only"), unread
     from kagent_memory_governed.embedded import database_url
     from kagent_memory_governed.store import Store
 
@@ -99,16 +104,18 @@ async def _database(settings: Settings, policy: Policy, key_store: KeyStore | No
                 max_overflow=0,
             )
         except Exception:  # e.g. an unparsable URL; the driver's message could quote it
-            return Check("database", False, "bad_database_url")
+            return Check("database", False, "bad_database_url"), unread
         try:
+            kind, line = await store.replication()
+            replication = Check("replication", kind != "standby", "read_only" if kind == "standby" else None, note=line)
             await store.check_ready()
         except GovernedMemoryError as error:
             scratch_refused = key_store is None and error.reason is Reason.KEY_STORE_MISMATCH  # of no key store
             if error.reason is not Reason.KEY_UNAVAILABLE and not scratch_refused:
-                return Check("database", False, error.reason.value, error.cause)
+                return Check("database", False, error.reason.value, error.cause), replication
         finally:
             await store.close()
-    return Check("database", True)
+    return Check("database", True), replication
 
 
 def _activation() -> Check:
@@ -126,6 +133,7 @@ async def run(settings: Settings) -> list[Check]:
     """Every check, in order; content-free. Needs a database only if one is configured."""
     policy_check, policy = _policy(settings)
     key_check, key_store = await _key_store(settings)
+    database, replication = await _database(settings, policy, key_store)
     return [
         policy_check,
         _configured("bridge_key", settings.bridge_key),
@@ -133,7 +141,8 @@ async def run(settings: Settings) -> list[Check]:
         Check("homeserver", bool(settings.homeserver), None if settings.homeserver else "missing"),
         _configured("agent_identity", settings.agent),
         key_check,
-        await _database(settings, policy, key_store),
+        database,
+        replication,
         _activation(),
     ]
 
@@ -149,7 +158,8 @@ def main_report(settings: Settings | None = None, out: TextIO | None = None) -> 
     checks = [Check("settings", True), *asyncio.run(run(settings))]
     for check in checks:
         failed = " ".join(part for part in ("FAILED", check.reason, check.at) if part)
-        out.write(f"{check.name:<24} {'ok' if check.ok else failed}\n")
+        passed = " ".join(part for part in ("ok", check.note) if part)
+        out.write(f"{check.name:<24} {passed if check.ok else failed}\n")
     return 0 if all(check.ok for check in checks) else 1
 
 

@@ -113,6 +113,9 @@ def configure_app(app: Any, runtime: Runtime) -> None:
             sys.stderr.write(f"kagent-memory-governed: not serving: {refused.explained()}\n")
             sys.stderr.flush()
             os._exit(EXIT_NOT_READY)
+        _, replication = await runtime.store.replication()  # what a failover means for erasures, content-free
+        sys.stderr.write(f"kagent-memory-governed: replication: {replication}\n")
+        sys.stderr.flush()
         async with upstream_lifespan(app) as state:
             yield state
         await runtime.service.drain()

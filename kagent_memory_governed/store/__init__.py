@@ -36,6 +36,7 @@ of a procedure that deletes, commits, verifies in a fresh transaction and settle
     erasure        forget, forget_all, off, offboard: fence, destroy keys, delete, verify, settle; completing
                    interrupted ones
     maintenance    sweep
+    replication    what the primary's replication means for erasures
 """
 
 from __future__ import annotations
@@ -55,17 +56,9 @@ from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.keys import KeyStore, configured
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
-from kagent_memory_governed.store import (
-    admission,
-    connection,
-    data,
-    erasure,
-    grants,
-    maintenance,
-    schema_admin,
-    turns,
-)
+from kagent_memory_governed.store import admission, connection, data, erasure, grants, maintenance, schema_admin, turns
 from kagent_memory_governed.store.database import Database, create_engine
+from kagent_memory_governed.store.replication import replication as read_replication
 from kagent_memory_governed.store.sealing import Keyrings
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
@@ -171,6 +164,11 @@ class Store:
         schema and installed pgvector are what this package migrates to (``schema_missing``, ``schema_newer``,
         ``schema_outdated``: run ``migrate``)."""
         await schema_admin.check_ready(self._db)
+
+    async def replication(self) -> tuple[str, str]:
+        """The primary's replication, its kind and one content-free line on erasures (``store/replication``)."""
+        found = await read_replication(self._db)
+        return found.kind.value, found.line
 
     async def unfinished_erasures(self) -> dict[Erasure, int]:
         """How many scopes of the database have an erasure ``pending`` or ``failed``: counts, for the health

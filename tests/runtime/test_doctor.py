@@ -27,6 +27,7 @@ CHECKS = [
     "agent_identity",
     "key_store",
     "database",
+    "replication",
     "governed_memory_active",
 ]
 
@@ -134,6 +135,7 @@ def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, m
         ["agent_identity", "FAILED", "invalid"],
         ["key_store", "FAILED", "embedded_default_is_for_local_use_only"],
         ["database", "FAILED", "store_unavailable", "connection_refused"],
+        "replication ok unknown (connection_refused: erasures may not survive a failover)".split(),
         ["governed_memory_active", "FAILED", "not_activated"],
     ]
 
@@ -165,7 +167,9 @@ def _doctor_in_a_pod(tmp_path: Path, bridge, database_url: str, switch: str) -> 
 def test_in_a_pod_with_the_switch_on_every_check_passes(tmp_path: Path, bridge, database_url: str, store):
     result = _doctor_in_a_pod(tmp_path, bridge, database_url, "on")
     assert result.returncode == 0, result.stdout + result.stderr
-    assert [line.split() for line in result.stdout.splitlines()] == [[name, "ok"] for name in ["settings", *CHECKS]]
+    lines = [line.split() for line in result.stdout.splitlines()]
+    assert [line[:2] for line in lines] == [[name, "ok"] for name in ["settings", *CHECKS]]
+    assert [line for line in lines if len(line) > 2 and line[0] != "replication"] == []  # replication: its kind
 
 
 def test_in_a_pod_with_the_switch_off_governed_memory_is_reported_inactive(
