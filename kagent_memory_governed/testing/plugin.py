@@ -35,12 +35,13 @@ if TYPE_CHECKING:
     from kagent_memory_governed.store import Store
     from kagent_memory_governed.testing import CountingEmbedder, ScriptedModel
 
+_DATABASE = "KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL"
 _TABLES = ("entries", "ledger", "turns", "scopes", "replays", "buckets", "usage")
 
 
 @pytest.fixture(scope="session")
 def governed_database_url() -> Iterator[str]:
-    configured = os.environ.get("KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL")
+    configured = os.environ.get(_DATABASE)
     if configured:
         yield configured
         return
@@ -60,13 +61,29 @@ def governed_database_url() -> Iterator[str]:
 
 @pytest.fixture(scope="session")
 async def governed_store(governed_database_url: str) -> AsyncIterator[Store]:
+    import shutil
+    import tempfile
+    from pathlib import Path
+
+    from kagent_memory_governed.keys import LocalKeyStore
     from kagent_memory_governed.policy import Policy
     from kagent_memory_governed.store import Store
 
-    store = Store.connect(governed_database_url, Policy(), pool_size=10, max_overflow=20)
-    await store.migrate()
-    yield store
-    await store.close()
+    # a key store serves the one database it is bound to: the one the environment names, or, for the session's
+    # throw-away embedded database, a throw-away one beside it (never the user's, bound to another database)
+    throwaway = None
+    if not os.environ.get("KAGENT_GOVERNED_MEMORY_KEY_STORE") and not os.environ.get(_DATABASE):
+        throwaway = Path(tempfile.mkdtemp(prefix="kagent-memory-governed-keys-"))
+    keys = LocalKeyStore(throwaway) if throwaway else None
+    store = Store.connect(governed_database_url, Policy(), keys=keys, pool_size=10, max_overflow=20)
+    try:
+        await store.migrate()
+        yield store
+    finally:
+        await store.close()
+        if throwaway:
+            shutil.rmtree(throwaway, ignore_errors=True)
+
 
 
 async def empty_tables(database_url: str) -> None:
