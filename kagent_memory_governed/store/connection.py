@@ -210,6 +210,10 @@ class Bounds:
             f" SET LOCAL statement_timeout = {self.statement_ms};"
             f" SET LOCAL lock_timeout = {self.lock_ms};"
             f" SET LOCAL idle_in_transaction_session_timeout = {self.idle_in_transaction_ms};"
+            # a commit waits for a synchronous standby even where the role's or database's default lowered
+            # synchronous_commit (store/replication.py); never lowered (remote_apply stays)
+            " SELECT pg_catalog.set_config('synchronous_commit', 'on', true)"
+            " WHERE pg_catalog.current_setting('synchronous_commit') IN ('off', 'local');"
         )
 
     @property

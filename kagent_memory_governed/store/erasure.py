@@ -34,6 +34,7 @@ from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import functions
 from kagent_memory_governed.store.database import Database, erasure_state, record, refuse
+from kagent_memory_governed.store.replication import durable
 from kagent_memory_governed.store.values import Erased, Offboarded
 
 T = TypeVar("T")
@@ -151,7 +152,11 @@ async def _erase(
     db: Database, sid: uuid.UUID, operation: Operation, *, entry_id: uuid.UUID | None, resume: bool
 ) -> Erased:
     now = clock.now()
-    fence = update(scopes).where(scopes.c.scope_id == sid).values(_fenced_values(now, resume=resume, entry_id=entry_id))
+    fence = (  # ``durable``: its commit waits for a synchronous standby even where the role lowered synchronous_commit
+        update(scopes)
+        .where(scopes.c.scope_id == sid, durable())
+        .values(_fenced_values(now, resume=resume, entry_id=entry_id))
+    )
     if entry_id is not None:  # one entry: no unfinished erasure first (as for a grant), and the entry is held
         fence = fence.where(
             func.coalesce(scopes.c.erasure, "").not_in(_UNFINISHED),

@@ -141,7 +141,7 @@ async def test_a_synchronous_standby_is_named_with_its_level_and_the_app_role_is
     await require(admin, "sync_standby")
     await admin.execute(f"ALTER ROLE {APP} SET synchronous_commit = local")
     kind, line = await _replication(primary.app)
-    assert (kind, line.split(":")[0]) == ("asynchronous", "asynchronous (synchronous_commit local")
+    assert (kind, line.split(" (")[0]) == ("synchronous", "synchronous on")  # the store raises it for its own commits
 
     # required but not connected: every commit waits for it (drop the requirement before the test ends)
     await admin.execute(f"ALTER ROLE {APP} RESET synchronous_commit")
@@ -324,4 +324,34 @@ async def test_durable_raises_a_lowered_commit_so_it_waits_for_the_synchronous_s
     finally:
         await require(admin, "")
         await app.close()
+        await store.close()
+
+
+async def test_a_role_that_lowered_synchronous_commit_still_has_an_erasures_fence_wait_for_the_standby(
+    primary: SimpleNamespace, admin: asyncpg.Connection, standbys: list[Standby]
+):
+    """Before, a role or database default of ``local`` made an ``off``'s fence commit on the primary alone: a
+    failover right after it, acknowledged, lost it."""
+    replica = standby(primary.data, "durable_standby")
+    standbys.append(replica)
+    await require(admin, "durable_standby")
+    await streaming(admin, "durable_standby", "sync")
+    await admin.execute(f"ALTER ROLE {APP} SET synchronous_commit = local")
+    store = Store.connect(primary.app, Policy(), keys=keys_of(primary.url), statement_timeout_ms=3000)
+    key = make_key("durable")
+    try:
+        await store.grant(key, purpose="memory", policy_version="v1")
+        replica.stop()
+        started = time.monotonic()
+        with pytest.raises(GovernedMemoryError) as refused:
+            await store.off(key)  # not acknowledged: its commit waits for the standby, bounded
+        assert (refused.value.reason, refused.value.cause) == (Reason.STORE_UNAVAILABLE, "timeout")
+        assert time.monotonic() - started < 10
+        replica.start()
+        await streaming(admin, "durable_standby", "sync")
+        await asyncio.wait_for(store.off(key), 60)
+        assert not (await store.status(key)).enabled
+    finally:
+        await admin.execute(f"ALTER ROLE {APP} RESET synchronous_commit")
+        await require(admin, "")
         await store.close()
