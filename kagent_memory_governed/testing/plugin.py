@@ -85,7 +85,6 @@ async def governed_store(governed_database_url: str) -> AsyncIterator[Store]:
             shutil.rmtree(throwaway, ignore_errors=True)
 
 
-
 async def empty_tables(database_url: str) -> None:
     """Remove every row of the governed store's tables (between tests; never in production)."""
     import asyncpg
