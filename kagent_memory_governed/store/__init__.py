@@ -36,6 +36,7 @@ of a procedure that deletes, commits, verifies in a fresh transaction and settle
     erasure        forget, forget_all, off, offboard: fence, destroy keys, delete, verify, settle; completing
                    interrupted ones
     maintenance    sweep
+    binding        the key store bound to its database
     replication    what the primary's replication means for erasures
 """
 

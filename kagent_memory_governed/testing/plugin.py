@@ -94,6 +94,8 @@ async def empty_tables(database_url: str) -> None:
     conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
         await conn.execute(f"TRUNCATE {', '.join(f'{SCHEMA}.{table}' for table in _TABLES)}")
+    except asyncpg.InvalidSchemaNameError:  # never migrated (a test that asked for the URL only): nothing to empty
+        pass
     finally:
         await conn.close()
 
