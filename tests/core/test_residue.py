@@ -40,6 +40,7 @@ from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.keys import KeyStore, LocalKeyStore, OpenBaoKeyStore
 from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import NewFact, Store, sealing
 
 
@@ -99,6 +100,21 @@ def _found(pattern: re.Pattern[bytes], *copies: Path) -> list[str]:
     return hits
 
 
+async def _erase_each_way(
+    store: Store, scopes: dict[str, ScopeKey], written: dict[str, list[uuid.UUID]]
+) -> set[uuid.UUID]:
+    """Erase the scopes of ``scopes`` each its way (``forget`` its first entry, ``forget_all``, ``off``,
+    ``offboard``, and expiry by ``sweep`` 120 s on, three expired entries); the entries erased."""
+    forgotten = written["forget"][0]
+    await store.forget(scopes["forget"], forgotten)
+    await store.forget_all(scopes["forget_all"])
+    await store.off(scopes["off"])
+    await store.offboard(scopes["offboard"].principal)
+    with freeze_time(now() + timedelta(seconds=120), real_asyncio=True):
+        assert await store.sweep() == 3
+    return {forgotten, *written["forget_all"], *written["off"], *written["offboard"], *written["expiry"]}
+
+
 def _sealed_in(dump: Path) -> dict[uuid.UUID, bytes]:
     """The sealed column of every entry row in a plain ``pg_dump`` (``COPY`` text, bytea as ``\\x`` hex)."""
     text = dump.read_text()
@@ -153,15 +169,8 @@ async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_c
         assert set(sealed) == {entry for entries in written.values() for entry in entries}
         assert all(_found(re.compile(re.escape(blob)), before[0]) for blob in list(sealed.values())[:3])
 
-        # erase each way
         forgotten = written["forget"][0]
-        await store.forget(scopes["forget"], forgotten)
-        await store.forget_all(scopes["forget_all"])
-        await store.off(scopes["off"])
-        await store.offboard(scopes["offboard"].principal)
-        with freeze_time(now() + timedelta(seconds=120), real_asyncio=True):
-            assert await store.sweep() == 3
-        erased = {forgotten, *written["forget_all"], *written["off"], *written["offboard"], *written["expiry"]}
+        erased = await _erase_each_way(store, scopes, written)
         kept = set(sealed) - erased
 
         await sql.execute("CHECKPOINT")
@@ -333,14 +342,8 @@ async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_
         )
         await store.check_ready()
 
-        # erase each way
         forgotten = written["forget"][0]
-        await store.forget(scopes["forget"], forgotten)
-        await store.forget_all(scopes["forget_all"])
-        await store.off(scopes["off"])
-        await store.offboard(scopes["offboard"].principal)
-        with freeze_time(now() + timedelta(seconds=120), real_asyncio=True):
-            assert await store.sweep() == 3
+        await _erase_each_way(store, scopes, written)
         await sql.execute("VACUUM governed_memory.entries")
         await sql.execute("CHECKPOINT")
 
