@@ -186,6 +186,15 @@ def _default_root() -> bool:
     return (Path.home() / ".postgresql" / "root.crt").is_file()
 
 
+# What follows a transaction's BEGIN so that its commit waits for a synchronous standby even where the role's or
+# database's default lowered synchronous_commit to off or local; never lowered (remote_apply stays). The read path
+# lowers it to off itself afterwards; a lone statement says the same in its WHERE (``replication.durable``).
+DURABLE_BEGIN = (
+    " SELECT pg_catalog.set_config('synchronous_commit', 'on', true)"
+    " WHERE pg_catalog.current_setting('synchronous_commit') IN ('off', 'local');"
+)
+
+
 @dataclass(frozen=True, slots=True)
 class Bounds:
     """How long the store waits on the server, in milliseconds, none of it session state. Each transaction sets
@@ -209,11 +218,7 @@ class Bounds:
         return (
             f" SET LOCAL statement_timeout = {self.statement_ms};"
             f" SET LOCAL lock_timeout = {self.lock_ms};"
-            f" SET LOCAL idle_in_transaction_session_timeout = {self.idle_in_transaction_ms};"
-            # a commit waits for a synchronous standby even where the role's or database's default lowered
-            # synchronous_commit (store/replication.py); never lowered (remote_apply stays)
-            " SELECT pg_catalog.set_config('synchronous_commit', 'on', true)"
-            " WHERE pg_catalog.current_setting('synchronous_commit') IN ('off', 'local');"
+            f" SET LOCAL idle_in_transaction_session_timeout = {self.idle_in_transaction_ms};{DURABLE_BEGIN}"
         )
 
     @property

@@ -120,11 +120,3 @@ def durable() -> ColumnElement[bool]:
     level = func.pg_catalog.current_setting("synchronous_commit")
     raised = case((level.in_(LOWERED), "on"), else_=level)
     return func.pg_catalog.set_config("synchronous_commit", raised, True).is_not(None)
-
-
-# The same, as what follows a transaction's BEGIN (``connection.Bounds.begin``): the commit of every transaction but
-# the read path's (which lowers it to ``off`` itself) waits for a synchronous standby.
-DURABLE_BEGIN = (
-    " SELECT pg_catalog.set_config('synchronous_commit', 'on', true)"
-    " WHERE pg_catalog.current_setting('synchronous_commit') IN ('off', 'local');"
-)

@@ -29,7 +29,8 @@ from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
-from kagent_memory_governed.store.replication import DURABLE_BEGIN, Kind, classify, durable
+from kagent_memory_governed.store.connection import DURABLE_BEGIN
+from kagent_memory_governed.store.replication import Kind, classify, durable
 
 APP = "replication_app"  # an application role with exactly the grants docs/operator.md names
 GRANTS = f"""
