@@ -49,6 +49,8 @@ class Reason(StrEnum):
     UNSUPPORTED_DATABASE = "unsupported_database"
     KEY_UNAVAILABLE = "key_unavailable"  # the key store cannot be reached or refused: nothing is read or written
     KEY_STORE_MISMATCH = "key_store_mismatch"  # the key store serves another database (or none yet): run nothing
+    # the database was behind the key store's last erasure of the scope (a failover, a restore): brought forward
+    STORE_REGRESSED = "store_regressed"
     KEYRING_STALE = "keyring_stale"  # internal to the store: a write saw a live entry its keyring lacked; retried
 
 
@@ -78,6 +80,7 @@ class Operation(StrEnum):
     OFFBOARD_FENCE = "offboard_fence"
     OFFBOARD = "offboard"
     COMPLETE_ERASURE = "complete_erasure"  # an interrupted erasure, completed by sweep or the scope's next operation
+    RECONCILE = "reconcile"  # a scope brought forward to the key store's last erasure (``store/reconcile.py``)
     SWEEP = "sweep"
     CLAIM = "claim"
 

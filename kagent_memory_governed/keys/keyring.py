@@ -46,6 +46,44 @@ class EntryKey(NamedTuple):
 
 Keyring = dict[uuid.UUID, EntryKey]
 
+# Not an entry (entry ids are random, never nil): the slot where a keyring records the last erasure it saw
+# (``Fence``). A slot like any other, so every release reads and writes a keyring holding it; it opens nothing.
+FENCE = uuid.UUID(int=0)
+
+
+class Fence(NamedTuple):
+    """The last erasure of a scope the key store saw: the consent generation its fence advanced the scope to, and
+    whether the scope stays disabled after it (``off``, ``offboard``, any erasure of a disabled scope) or is
+    enabled again once it is verified (``forget``, ``forget-all`` of an enabled scope). Kept
+    in the scope's keyring, outside the database, so a database that comes back from before the erasure (a
+    failover to an asynchronous standby, a restore) is recognized as behind it (``store/reconcile.py``)."""
+
+    generation: int
+    withdrawn: bool
+
+    def slot(self) -> EntryKey:
+        return EntryKey(bytes([self.withdrawn]) + bytes(KEY_BYTES - 1), bytes(TOKEN_BYTES), self.generation)
+
+
+def fence_of(keyring: Mapping[uuid.UUID, EntryKey]) -> Fence | None:
+    """The last erasure ``keyring`` records, if any."""
+    slot = keyring.get(FENCE)
+    return None if slot is None else Fence(slot.generation, bool(slot.key[0]))
+
+
+def fenced(keyring: Keyring, fence: Fence | None) -> Keyring:
+    """``keyring`` recording ``fence``, unless it records a later erasure already (concurrent erasures of a scope
+    may reach the key store out of order: the record only moves forward)."""
+    recorded = fence_of(keyring)
+    if fence is None or (recorded is not None and recorded.generation >= fence.generation):
+        return keyring
+    return keyring | {FENCE: fence.slot()}
+
+
+def entry_keys(keyring: Mapping[uuid.UUID, EntryKey]) -> dict[uuid.UUID, EntryKey]:
+    """The keys of entries a keyring holds: all but its record of the last erasure."""
+    return {entry: key for entry, key in keyring.items() if entry != FENCE}
+
 
 class Binding(NamedTuple):
     """Which key store this is and which memory database it serves: both recorded once, in the key store and in
@@ -90,10 +128,16 @@ class KeyStore(Protocol):
         ...
 
     async def destroy(
-        self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
+        self,
+        scope: uuid.UUID,
+        *,
+        entries: Collection[uuid.UUID] = (),
+        before: int | None = None,
+        fence: Fence | None = None,
     ) -> None:
         """Destroy the keys of ``entries``, and every key written under a generation below ``before``, including
-        every copy the store keeps of earlier keyrings. Idempotent; keys written since are never touched."""
+        every copy the store keeps of earlier keyrings, and record ``fence`` as the scope's last erasure in the same
+        write (``fenced``). Idempotent; keys written since are never touched."""
         ...
 
     async def destroyed(
@@ -120,7 +164,9 @@ class KeyStore(Protocol):
 
 
 def covered(entry: uuid.UUID, key: EntryKey, entries: Collection[uuid.UUID], before: int | None) -> bool:
-    return entry in entries or (before is not None and key.generation < before)
+    """Whether an erasure of ``entries`` and of what was written below ``before`` covers this key (never the
+    keyring's record of its last erasure, which is no key)."""
+    return entry != FENCE and (entry in entries or (before is not None and key.generation < before))
 
 
 def unavailable(cause: str) -> GovernedMemoryError:

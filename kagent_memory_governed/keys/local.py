@@ -18,9 +18,11 @@ from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from kagent_memory_governed.keys.keyring import (
     Binding,
     EntryKey,
+    Fence,
     Keyring,
     b64,
     covered,
+    fenced,
     off_loop,
     pack_keyring,
     unavailable,
@@ -162,10 +164,15 @@ class LocalKeyStore:
         await off_loop(partial(self._change, scope, lambda keyring: keyring | dict(keys), lasting=False))
 
     async def destroy(
-        self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
+        self,
+        scope: uuid.UUID,
+        *,
+        entries: Collection[uuid.UUID] = (),
+        before: int | None = None,
+        fence: Fence | None = None,
     ) -> None:
         def keep(keyring: Keyring) -> Keyring:
-            return {e: k for e, k in keyring.items() if not covered(e, k, entries, before)}
+            return fenced({e: k for e, k in keyring.items() if not covered(e, k, entries, before)}, fence)
 
         await off_loop(self._change, scope, keep)
 

@@ -26,10 +26,12 @@ from kagent_memory_governed.keys.http import Client
 from kagent_memory_governed.keys.keyring import (
     Binding,
     EntryKey,
+    Fence,
     Keyring,
     b64,
     covered,
     entry_id,
+    fenced,
     unavailable,
     unb64,
 )
@@ -144,16 +146,21 @@ class OpenBaoKeyStore:
         raise unavailable("contended")
 
     async def destroy(
-        self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
+        self,
+        scope: uuid.UUID,
+        *,
+        entries: Collection[uuid.UUID] = (),
+        before: int | None = None,
+        fence: Fence | None = None,
     ) -> None:
         for _ in range(8):
             version, fields = await self._read(scope)
-            if not version:
+            if not version and fence is None:
                 return  # no secret: nothing to destroy (the mount confirmed)
             keyring = None if fields is None else _keyring(fields)
             fresh = version
-            if keyring is None or any(covered(e, k, entries, before) for e, k in keyring.items()):
-                kept = {e: k for e, k in (keyring or {}).items() if not covered(e, k, entries, before)}
+            kept = fenced({e: k for e, k in (keyring or {}).items() if not covered(e, k, entries, before)}, fence)
+            if keyring is None or kept != keyring:
                 status, answer = await self._http.call(
                     "POST",
                     self._at("data", scope),

@@ -37,6 +37,7 @@ of a procedure that deletes, commits, verifies in a fresh transaction and settle
                    interrupted ones
     maintenance    sweep
     binding        the key store bound to its database
+    reconcile      a database behind the key store's last erasure (a failover, a restore), brought forward
     replication    what the primary's replication means for erasures
 """
 
@@ -44,7 +45,6 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Coroutine, Sequence
-from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime
 from typing import Any, TypeVar
@@ -53,12 +53,13 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from kagent_memory_governed import redaction
 from kagent_memory_governed.consent import Erasure
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Reason
 from kagent_memory_governed.keys import KeyStore, configured
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import admission, connection, data, erasure, grants, maintenance, schema_admin, turns
 from kagent_memory_governed.store.database import Database, create_engine
+from kagent_memory_governed.store.reconcile import caught_up
 from kagent_memory_governed.store.replication import replication as read_replication
 from kagent_memory_governed.store.sealing import Keyrings
 from kagent_memory_governed.store.values import (
@@ -201,15 +202,10 @@ class Store:
         """Admit memory work before any model or embedding call (R21-R26), in one transaction shared by
         every replica: the consent fence, then (``explicit``) the sender/agent rate limit, then ``units``
         of the scope's hourly ceiling. Admitted work is recorded as used; refused work is not.
-        Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``. ``write`` and ``search`` fence
+        Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``, and ``store_regressed`` when the key store
+        saw a later erasure of the scope than the database has (``reconcile``). ``write`` and ``search`` fence
         again in their own transaction: admission is a gate, not the fence."""
-        admitted = admission.admit(self._db, key, generation, operation, units=units, explicit=explicit)
-        keyring = self._db.keys.start(key.scope_id, generation)  # fetched while admission decides, for the work
-        try:
-            await erasure.finishing(self._db, key.scope_id, admitted)
-        except GovernedMemoryError:
-            self._db.keys.cancel(key.scope_id, keyring)  # refused work reads no key
-            raise
+        await admission.admit_work(self._db, key, generation, operation, units=units, explicit=explicit)
 
     async def claim_once(self, jti: str, valid_until: datetime) -> None:
         """Accept a token id once, on every replica; a second claim is ``assertion_replayed``. Decided on the
@@ -338,8 +334,7 @@ class Store:
         return await work
 
     async def _finish(self, key: ScopeKey) -> None:
-        with suppress(GovernedMemoryError):
-            await erasure.finish(self._db, key.scope_id)
+        await caught_up(self._db, key.scope_id)
 
 
 __all__ = [

@@ -17,6 +17,7 @@ database's (see ``claim_once``)."""
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import datetime
 
 from sqlalchemy import func
@@ -24,12 +25,37 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import admit_generation
-from kagent_memory_governed.errors import Operation, Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.keys import fence_of
 from kagent_memory_governed.policy import admit_int
 from kagent_memory_governed.schema import replays
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store import functions
-from kagent_memory_governed.store.database import Database, raise_refusal, refuse
+from kagent_memory_governed.store import erasure, functions, reconcile
+from kagent_memory_governed.store.database import Database, raise_refusal, record, refuse
+
+
+async def admit_work(
+    db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool
+) -> None:
+    """``admit``, then the scope's keyring, fetched meanwhile for the work, compared with the work's generation:
+    a keyring that records a later erasure than the work's generation refuses it, ``store_regressed`` once the
+    scope is brought forward if the database was behind the key store (``reconcile``), else ``consent_stale``."""
+    sid = key.scope_id
+    pending = db.keys.start(sid, generation)
+    try:
+        await erasure.finishing(db, sid, admit(db, key, generation, operation, units=units, explicit=explicit))
+        keyring = await db.keys.ring(sid, generation, task=pending)
+    except GovernedMemoryError as refused:
+        db.keys.cancel(sid, pending)  # refused work reads no key
+        if refused.reason is Reason.KEY_UNAVAILABLE:
+            with suppress(GovernedMemoryError):
+                async with db.transaction() as conn:
+                    await record(conn, operation, Result.REFUSED, reason=refused.reason, scope_id=sid)
+        raise
+    fence = fence_of(keyring)
+    if fence is not None and fence.generation > generation:
+        db.keys.drop(sid)
+        await reconcile.refuse_behind(db, sid, fence, operation)
 
 
 async def admit(db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool) -> None:

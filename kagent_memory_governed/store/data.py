@@ -117,7 +117,7 @@ async def search(
         db.keys.cancel(sid, pending)
         return [[] for _ in queries]
     # unpacked, not by name: a hundred rows' attributes by name cost half a millisecond
-    sealed_rows: list[sealing.SealedRow] = [(entry, sealed, at, until) for _, entry, sealed, at, until in rows]
+    sealed_rows: list[sealing.SealedRow] = [(entry, sealed, at, until) for _, entry, sealed, at, until, _ in rows]
     keyring = await db.keys.ring(sid, generation, needs=[row[0] for row in sealed_rows], task=pending)
     batch = sealing.open_batch(sid, sealed_rows, keyring)
     ranked = sealing.rank(batch, queries, top_k=top_k, max_distance=1.0 - float(min_score))

@@ -45,6 +45,7 @@ from kagent_memory_governed.store.connection import (
     DatabaseUrl,
     tls_cause,
 )
+from kagent_memory_governed.store.functions import SERVER
 from kagent_memory_governed.store.sealing import Keyrings
 
 _DATABASE_ERRORS = (
@@ -205,13 +206,16 @@ class Database:
         try:
             async with self.engine.connect() as conn:
                 result = await conn.execute(statement, parameters)
-                return list(result.all()) if result.returns_rows else []
+                rows = list(result.all()) if result.returns_rows else []
         except IntegrityError:
             raise GovernedMemoryError(Reason.BAD_INPUT) from None
         except _DATABASE_ERRORS as error:
             raise self._unavailable(error) from None
         finally:
             LONE_STATEMENT.reset(lone)
+        if rows and SERVER in rows[0]._fields:  # the hot path's: which server answered (``functions.SERVER``)
+            self.keys.serving(rows[0][-1])
+        return rows
 
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[AsyncConnection]:

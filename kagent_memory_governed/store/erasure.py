@@ -30,6 +30,7 @@ from sqlalchemy import case, exists, func, literal, select, update
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.keys import Fence
 from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import functions
@@ -72,7 +73,7 @@ async def offboard(db: Database, principal: Principal) -> Offboarded:
     erased, failed = 0, 0
     for sid, generation in sorted(fenced):
         try:
-            erased += await _clear(db, sid, generation, Operation.OFFBOARD, entry_id=None)
+            erased += await _clear(db, sid, Fence(generation, withdrawn=True), Operation.OFFBOARD, entry_id=None)
         except GovernedMemoryError:
             failed += 1
     if failed:
@@ -89,14 +90,15 @@ async def finish(db: Database, sid: uuid.UUID) -> bool:
     """Complete the scope's unfinished erasure, if it has one; returns whether it had one. Raises
     ``erasure_failed`` if it still cannot be verified (the scope stays disabled), or ``store_unavailable``."""
     unfinished = await db.call(
-        select(scopes.c.generation, scopes.c.erasure_entry).where(
+        select(scopes.c.generation, scopes.c.erasure_entry, scopes.c.resume).where(
             scopes.c.scope_id == sid, scopes.c.erasure.in_(_UNFINISHED)
         )
     )
     if not unfinished:
         return False
-    [fence] = unfinished
-    await _clear(db, sid, fence.generation, Operation.COMPLETE_ERASURE, entry_id=fence.erasure_entry)
+    [row] = unfinished
+    fence = Fence(row.generation, withdrawn=not row.resume)
+    await _clear(db, sid, fence, Operation.COMPLETE_ERASURE, entry_id=row.erasure_entry)
     return True
 
 
@@ -162,7 +164,7 @@ async def _erase(
             func.coalesce(scopes.c.erasure, "").not_in(_UNFINISHED),
             exists().where(entries.c.scope_id == sid, entries.c.entry_id == entry_id),
         )
-    rows = await db.call(fence.returning(scopes.c.generation))  # the fence commits first, in one round trip
+    rows = await db.call(fence.returning(scopes.c.generation, scopes.c.resume))  # committed first, in one trip
     if not rows:  # refused, or never consented: decided and recorded under the scope lock
         async with db.transaction() as conn:
             recorded, erasure = await erasure_state(conn, sid, lock=True)
@@ -176,24 +178,27 @@ async def _erase(
             if not recorded:  # nothing to fence or erase
                 await record(conn, operation, Result.OK, scope_id=sid, count=0, at=now)
                 return Erased(0, 0)
-            rows = list((await conn.execute(fence.returning(scopes.c.generation))).all())  # it changed meanwhile
+            rows = list((await conn.execute(fence.returning(scopes.c.generation, scopes.c.resume))).all())
             if not rows:  # the entry went meanwhile (swept once expired): nothing of this scope's to fence
                 await refuse(conn, operation, Reason.NOT_FOUND, scope_id=sid, at=now)
-    generation = rows[0].generation
-    return Erased(generation, await _clear(db, sid, generation, operation, entry_id=entry_id))
+    fenced = Fence(rows[0].generation, withdrawn=not rows[0].resume)
+    return Erased(fenced.generation, await _clear(db, sid, fenced, operation, entry_id=entry_id))
 
 
 async def _clear(
-    db: Database, sid: uuid.UUID, generation: int, operation: Operation, *, entry_id: uuid.UUID | None
+    db: Database, sid: uuid.UUID, fence: Fence, operation: Operation, *, entry_id: uuid.UUID | None
 ) -> int:
     """Destroy the erased keys and verify them gone from the key store (``_destroy_keys``); then delete, verify
     in a fresh transaction, and settle the fenced scope: one call of the procedure ``governed_memory.clear``,
     which commits between those steps and deletes only while this erasure's fence stands. Any failure leaves the
-    scope disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9); every step may run again."""
+    scope disabled with ``erasure = failed`` and raises ``erasure_failed`` (R9); every step may run again. The key
+    store records ``fence`` as the scope's last erasure in the write that destroys the keys: a database that later
+    comes back from before it is brought forward to it (``store/reconcile.py``)."""
+    generation = fence.generation
     parameters = {"scope": sid, "generation": generation, "operation": str(operation), "entry": entry_id}
     db.keys.drop(sid)
     try:
-        await _destroy_keys(db, sid, generation, entry_id)
+        await _destroy_keys(db, sid, fence, entry_id)
         [outcome] = await db.call(functions.CLEAR, parameters | {"now": clock.now()})
         if outcome.remaining:  # a settled fence counts none: whoever settled it verified
             raise GovernedMemoryError(Reason.ERASURE_FAILED, cause="rows_remain")
@@ -213,17 +218,18 @@ def failure_cause(error: BaseException) -> str:
     return "internal_error"
 
 
-async def _destroy_keys(db: Database, sid: uuid.UUID, generation: int, entry_id: uuid.UUID | None) -> None:
+async def _destroy_keys(db: Database, sid: uuid.UUID, fence: Fence, entry_id: uuid.UUID | None) -> None:
     """Destroy the keys this erasure covers, then verify the key store can give none of them back: the entry's,
     or every key written before the fence at ``generation`` (never one written after it, so a late run of a
     settled erasure cannot touch a new grant's entries); verified for every key written before the fence, or, while
     writers the fence refused keep storing keys of their own, for the keys of every row the erasure deletes. First,
     while the fence keeps every reader out: from then on no copy of the entries, anywhere, can be opened, whatever
     happens to the delete that follows."""
+    generation = fence.generation
     covered = {"entries": [entry_id]} if entry_id is not None else {"before": generation}
     for _ in range(3):  # a write admitted before the fence may store its key after a destroy; its statement is
         # then refused by the fence, so that key never opens anything, but it is destroyed all the same
-        await db.keys.store.destroy(sid, **covered)
+        await db.keys.store.destroy(sid, **covered, fence=fence)
         if await db.keys.store.destroyed(sid, **covered):
             return
     # Writers fenced out keep storing such keys. What must be gone are the keys of the rows this erasure deletes:

@@ -41,13 +41,21 @@ def sources() -> dict[str, str]:
 _SCOPE: dict[str, TypeEngine[Any]] = {"scope": UUID(), "generation": BigInteger(), "now": DateTime(timezone=True)}
 
 
+# Which server answered: its start time, the same in every session a pooler lends and different after a failover,
+# a restore or a restart, when a keyring kept from before may be behind what the database brought back
+# (``Keyrings.serving``). Named last in every row of the hot path; ``Database.call`` hands it on.
+SERVER = "server"
+
+
 def _call(name: str, parameters: Mapping[str, TypeEngine[Any]], columns: tuple[str, ...]) -> Select[Any]:
-    """``SELECT <columns> FROM governed_memory.<name>(:parameters...)``; a scalar function has one column."""
+    """``SELECT <columns>, pg_postmaster_start_time() FROM governed_memory.<name>(:parameters...)``; a scalar
+    function has one column, then the server's (``SERVER``)."""
     call = getattr(func.governed_memory, name)(*(bindparam(key, type_=kind) for key, kind in parameters.items()))
+    server = func.pg_postmaster_start_time().label(SERVER)
     if len(columns) == 1:
-        return select(call.label(columns[0]))
+        return select(call.label(columns[0]), server)
     table = call.table_valued(*columns)
-    return select(*(table.c[column] for column in columns))
+    return select(*(table.c[column] for column in columns), server)
 
 
 SEARCH = _call("search", _SCOPE, ("refusal", "entry_id", "sealed", "created_at", "expires_at"))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from contextlib import suppress
 from datetime import datetime
 
 from sqlalchemy import func, select, update
@@ -75,8 +76,8 @@ async def grant(
 async def status(db: Database, key: ScopeKey) -> Status:
     sid = key.scope_id
     now = clock.now()
-    scoped = scope_rows(sid, "expires_at")
-    counted = select(func.count()).select_from(scoped).where(live(now, scoped)).scalar_subquery()
+    scoped = scope_rows(sid, "entry_id", "expires_at")
+    held = select(func.array_agg(scoped.c.entry_id)).where(live(now, scoped)).scalar_subquery()  # at most the cap
     async with db.transaction(durable=False) as conn:
         await admit_read(conn, sid, now, db.policy.control_reads_per_hour)
         row = (
@@ -90,7 +91,7 @@ async def status(db: Database, key: ScopeKey) -> Status:
                     scopes.c.entry_cap,
                     scopes.c.erasure,
                     scopes.c.erasure_at,
-                    counted.label("live"),
+                    held.label("live"),
                 ).where(scopes.c.scope_id == sid)
             )
         ).one_or_none()
@@ -98,6 +99,10 @@ async def status(db: Database, key: ScopeKey) -> Status:
     if row is None:
         return Status(False, 0, None, None, db.policy.max_expiry_seconds, db.policy.entry_cap, 0, None)
     last = ErasureRecord(row.erasure_at, Erasure(row.erasure)) if row.erasure else None
+    shown = row.live or []
+    with suppress(GovernedMemoryError):  # counted as the database holds them while the key store cannot answer
+        keyring = await db.keys.store.fetch(sid)  # read after the rows: a row's key was stored before its commit
+        shown = [entry for entry in shown if entry in keyring]  # a row whose key is gone can never be shown
     return Status(
         row.enabled,
         row.generation,
@@ -105,6 +110,6 @@ async def status(db: Database, key: ScopeKey) -> Status:
         row.policy_version,
         min(row.max_expiry_seconds, db.policy.max_expiry_seconds),
         min(row.entry_cap, db.policy.entry_cap),
-        row.live,
+        len(shown),
         last,
     )

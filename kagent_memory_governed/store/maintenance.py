@@ -1,4 +1,5 @@
-"""Maintenance, safe on every replica: unfinished erasures are completed (R9), expired entries are deleted
+"""Maintenance, safe on every replica: scopes a database lost erasures of are brought forward (R44), unfinished
+erasures are completed (R9), expired entries are deleted
 physically with their keys destroyed first (R19, R42), and ledger records, token claims, usage records and
 turns past their use are pruned.
 Entries expire on the application clock bound into the statement; token claims on the database's clock,
@@ -16,14 +17,16 @@ from sqlalchemy import delete, func, not_, select, tuple_
 from kagent_memory_governed import clock
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.schema import entries, ledger, live, replays, scopes, turns, usage
-from kagent_memory_governed.store import erasure
+from kagent_memory_governed.store import erasure, reconcile
 from kagent_memory_governed.store.database import KEYS_DESTROYED, Database, record
 
 logger = logging.getLogger(__name__)
 
 
 async def sweep(db: Database, *, batch: int) -> int:
-    unverified = await erasure.finish_all(db, batch=batch)  # first: content nobody may keep any longer
+    # first: a database behind the key store brought forward, then content nobody may keep any longer
+    _, keyrings_failed = await reconcile.check_all(db, batch=batch)
+    unverified = await erasure.finish_all(db, batch=batch)
     now = clock.now()
     total, keys_failed = await _expire(db, now, batch=batch)
     retained = now - timedelta(days=db.policy.ledger_retention_days)
@@ -47,7 +50,8 @@ async def sweep(db: Database, *, batch: int) -> int:
         await record(conn, Operation.SWEEP, Result.OK, count=total, at=now)
     if unverified:  # the rest is done; the operator learns that an erasure still cannot be verified
         raise GovernedMemoryError(Reason.ERASURE_FAILED)
-    if keys_failed:  # expired entries whose keys could not be destroyed stay (unreadable) for the next run
+    if keys_failed or keyrings_failed:  # expired entries whose keys could not be destroyed stay (unreadable), and
+        # scopes whose keyring could not be read stay unchecked, for the next run
         raise GovernedMemoryError(Reason.KEY_UNAVAILABLE)
     return total
 

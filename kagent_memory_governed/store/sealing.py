@@ -189,14 +189,16 @@ def _distances(query: numpy.ndarray, rows: numpy.ndarray) -> numpy.ndarray:
 
 class Keyrings:
     """The keyrings this process fetched, each kept for the consent generation it was fetched under, for at most
-    ``ttl`` seconds (then dropped by a timer, read or not) and at most ``size`` scopes. ``ring`` joins a fetch
-    under way; a keyring lacking a key a read needs is fetched once more (another replica wrote meanwhile)."""
+    ``ttl`` seconds (then dropped by a timer, read or not) and at most ``size`` scopes, and only while the same
+    database server answers (``serving``). ``ring`` joins a fetch under way; a keyring lacking a key a read needs
+    is fetched once more (another replica wrote meanwhile)."""
 
     def __init__(self, store: KeyStore, *, ttl: float = 60.0, size: int = 4096) -> None:
         self.store = store
         self.ttl = ttl
         self._size = size
         self._kept: OrderedDict[uuid.UUID, tuple[int, float, asyncio.Task[Keyring], Keyring]] = OrderedDict()
+        self._server: object = None
 
     def start(self, scope: uuid.UUID, generation: int) -> asyncio.Task[Keyring]:
         """Begin fetching the scope's keyring for ``generation``, or join the fetch kept for it."""
@@ -235,7 +237,9 @@ class Keyrings:
     ) -> Keyring:
         """The scope's keyring for a read or write fenced at ``generation``; fetched again, once, if it lacks a key
         of ``needs``."""
-        task = task or self.start(scope, generation)
+        held = self._kept.get(scope)
+        if task is None or held is None or held[2] is not task:  # dropped meanwhile: it may be from before
+            task = self.start(scope, generation)
         kept: Keyring = await asyncio.shield(task)  # shared: a caller's cancellation stays its own
         keyring = kept | self._extra(scope, task)
         if any(entry not in keyring for entry in needs):
@@ -255,6 +259,16 @@ class Keyrings:
     def clear(self) -> None:
         """Keep nothing: the database may have gone back in time (``Database``)."""
         self._kept.clear()
+
+    def serving(self, server: object) -> None:
+        """The database server that answered a statement of the hot path (its start time: ``functions.SERVER``).
+        Another than the one before, or the first, drops every kept keyring, fetches under way included: after a
+        failover, a restore or a restart the database may be behind the key store, and a keyring kept from before
+        an erasure it lost would open the rows it brought back. Exact, with no wait: the statement that first
+        reaches the new server drops them before its rows are opened."""
+        if server != self._server:
+            self._server = server
+            self._kept.clear()
 
     def _expire(self, scope: uuid.UUID, fetched: float) -> None:
         kept = self._kept.get(scope)

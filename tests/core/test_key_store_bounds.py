@@ -26,7 +26,7 @@ from support import facts, keys_of, private_directory, refusal, run_command
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.keys import EntryKey, LocalKeyStore
+from kagent_memory_governed.keys import EntryKey, Fence, LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
@@ -221,7 +221,12 @@ class _Keeping(LocalKeyStore):
     """The embedded key store with its ``destroy`` refused by the medium underneath (nothing is destroyed)."""
 
     async def destroy(
-        self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
+        self,
+        scope: uuid.UUID,
+        *,
+        entries: Collection[uuid.UUID] = (),
+        before: int | None = None,
+        fence: Fence | None = None,
     ) -> None:
         return None
 

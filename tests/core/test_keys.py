@@ -21,7 +21,7 @@ from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.keys import EntryKey, LocalKeyStore, OpenBaoKeyStore, check_url
+from kagent_memory_governed.keys import EntryKey, LocalKeyStore, OpenBaoKeyStore, check_url, entry_keys
 from kagent_memory_governed.keys.keyring import b64
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
@@ -116,11 +116,11 @@ async def test_the_store_over_openbao_seals_recalls_and_erases_by_destroying_key
     [hit] = await store.search(key, generation, embed("likes green tea"), top_k=1)
     assert (hit.entry_id, hit.text) == (first, "likes green tea")
     later = (await store.forget(key, first)).generation
-    assert set(await store.key_store.fetch(key.scope_id)) == {second}
+    assert set(entry_keys(await store.key_store.fetch(key.scope_id))) == {second}
     assert await store.key_store.destroyed(key.scope_id, entries=[first])
     assert [h.entry_id for h in await store.search(key, later, embed("likes green tea"))] == [second]
     await store.off(key)
-    assert await store.key_store.fetch(key.scope_id) == {}
+    assert entry_keys(await store.key_store.fetch(key.scope_id)) == {}
     assert await store.key_store.destroyed(key.scope_id, before=later + 1)
 
 
@@ -142,12 +142,14 @@ async def test_a_kept_keyring_is_fetched_again_after_another_replica_erased(
         gone, kept = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
         monkeypatch.setattr(replica.key_store, "fetch", counted)
         assert len(await replica.search(key, generation, embed("tea"))) == 2
+        fetched.clear()  # the first answer of a server drops what was kept before it, the fetch under way too
         assert len(await replica.search(key, generation, embed("tea"))) == 2
-        assert len(fetched) == 1  # kept for generation g
+        assert len(await replica.search(key, generation, embed("tea"))) == 2
+        assert fetched == []  # kept for generation g
         later = (await store.forget(key, gone)).generation
         assert await refusal(replica.search(key, generation, embed("tea"))) is Reason.CONSENT_STALE
         assert [hit.entry_id for hit in await replica.search(key, later, embed("tea"))] == [kept]
-        assert len(fetched) == 2  # fetched again for g + 1
+        assert len(fetched) == 1  # fetched again for g + 1
     finally:
         await replica.close()
 
@@ -241,7 +243,7 @@ async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_k
         assert (status.enabled, status.last_erasure.result, status.entries) == (True, Erasure.VERIFIED, 0)
         assert await key_store.destroyed(key.scope_id, entries=written)
         assert len(beside.stale) >= 3  # the writers outlasted every round of destroy and verify
-        assert set(await key_store.fetch(key.scope_id)) <= beside.stale  # keys of rows that never were
+        assert set(entry_keys(await key_store.fetch(key.scope_id))) <= beside.stale  # keys of rows that never were
         assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries WHERE scope_id = $1", key.scope_id) == 0
     finally:
         await replica.close()

