@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from kagent_memory_governed.assertion import Trust
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Operation, PolicyError, Reason
-from kagent_memory_governed.keys import Binding, EntryKey, KeyStore
+from kagent_memory_governed.keys import Binding, EntryKey, Fence, KeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
 from kagent_memory_governed.settings import Settings
@@ -67,6 +67,7 @@ __all__ = [
     "Erased",
     "Erasure",
     "ErasureRecord",
+    "Fence",
     "GovernedMemoryError",
     "GovernedMemoryService",
     "Grant",

@@ -26,6 +26,7 @@ from support import KEY_STORE, bound_to, make_key, private_directory
 # defaulted: a worker inherits the environment of the process that started it, this setting included.
 os.environ[KEY_STORE] = f"file://{private_directory('keys')}"
 
+from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import Bridge, CountingEmbedder
@@ -117,8 +118,11 @@ async def sql(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 @pytest.fixture(autouse=True)
 async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     yield
-    if "governed_database_url" in request.fixturenames:  # the test touched the database
-        await empty_tables(request.getfixturevalue("governed_database_url"))
+    if "governed_database_url" in request.fixturenames:  # the test touched the database, and so its key store
+        keys = LocalKeyStore(Path(urlsplit(os.environ.get(KEY_STORE, "file:///nonexistent")).path))
+        await empty_tables(request.getfixturevalue("governed_database_url"), keys)
+        if "governed_store" in request.fixturenames:  # what it keeps of those keyrings goes with them
+            request.getfixturevalue("governed_store").drop_kept_keyrings()
 
 
 @pytest.fixture

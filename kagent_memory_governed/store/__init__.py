@@ -136,6 +136,10 @@ class Store:
         await self._db.engine.dispose()
         await self._db.keys.store.close()
 
+    def drop_kept_keyrings(self) -> None:
+        """Keep no keyring: after the database was changed behind the store (restored in place, emptied by a test)."""
+        self._db.keys.clear()
+
     def limit_expiry(self, seconds: int) -> None:
         """Lower the expiry ceiling of every later grant, write and status (an Agent's ``memory.ttlDays``):
         the stricter of this and the policy wins; it never raises the ceiling."""
@@ -190,8 +194,9 @@ class Store:
         )
 
     async def status(self, key: ScopeKey) -> Status:
-        """The scope's consent, effective limits, live entry count and last erasure (R10). An unfinished
-        erasure is completed first; if it still cannot be, the answer says so (disabled, ``pending``/``failed``)."""
+        """The scope's consent, effective limits, live entries (those whose keys the key store holds: never one that
+        cannot be shown) and last erasure (R10). A scope behind the key store is brought forward and an unfinished
+        erasure completed first; if it still cannot be, the answer says so (disabled, ``pending``/``failed``)."""
         return await self._finished_first(key, grants.status(self._db, key))
 
     # -- admission (before any model or embedding call) ---------------------------------------------

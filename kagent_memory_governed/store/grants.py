@@ -11,6 +11,7 @@ from sqlalchemy.dialects.postgresql import insert as pg_insert
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, admit_label, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.keys import fence_of
 from kagent_memory_governed.schema import live, scope_rows, scopes
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, record, refuse
@@ -26,6 +27,10 @@ async def grant(
         admit_label(policy_version)
         if valid_until is not None and valid_until.tzinfo is None:
             raise GovernedMemoryError(Reason.BAD_INPUT)
+    floor = 0  # a scope the database lost whole (a restore) starts above the key store's last erasure of it
+    with suppress(GovernedMemoryError):  # unanswered: from 0, brought forward (and disabled if so) on next use
+        recorded = fence_of(await db.keys.store.fetch(sid))
+        floor = recorded.generation if recorded is not None else 0
     now = clock.now()
     async with db.transaction() as conn:
         await conn.execute(
@@ -38,7 +43,7 @@ async def grant(
                 scope_kind=key.room.kind.value,
                 room=key.room.room_id,
                 enabled=False,
-                generation=0,
+                generation=floor,
                 max_expiry_seconds=db.policy.max_expiry_seconds,
                 entry_cap=db.policy.entry_cap,
                 resume=False,
@@ -55,7 +60,7 @@ async def grant(
             .where(scopes.c.scope_id == sid)
             .values(
                 enabled=True,
-                generation=scopes.c.generation + 1,
+                generation=func.greatest(scopes.c.generation, floor) + 1,
                 purpose=purpose,
                 policy_version=policy_version,
                 consented_at=now,

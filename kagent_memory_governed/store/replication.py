@@ -72,10 +72,8 @@ class Replication:
             return "none (no standby: a failover has no copy to lose an erasure in)"
         if self.kind is Kind.ASYNCHRONOUS:
             why = f"synchronous_commit {self.commit}" if self.required else "no synchronous standby required"
-            return (
-                f"asynchronous ({why}: an acknowledged erasure can be lost on failover;"
-                " re-apply erasures from the ledger after one)"
-            )
+            lost = "a failover can lose acknowledged erasures; run sweep after one to bring every scope forward"
+            return f"asynchronous ({why}: {lost})"
         if self.kind is Kind.SYNCHRONOUS:
             if self.synchronous is None:
                 connected = "whether a synchronous standby is connected is hidden from this role"

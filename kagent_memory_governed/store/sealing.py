@@ -11,8 +11,9 @@ under. A read is fenced at a generation in the statement that returns its cipher
 advances the generation before it settles, so a keyring kept for an earlier generation never opens what a read
 returns after an erasure, on any replica; it is fetched again instead. A kept keyring is the only copy of a key
 in a process: the replica that erases drops it when the erasure starts, every other replica at most ``ttl``
-(60 s) after it fetched it, by a timer on the event loop whether or not the scope is read again. No cipher and
-no other copy of a key is cached anywhere.
+(60 s) after it fetched it, by a timer on the event loop whether or not the scope is read again, and every
+replica drops all it keeps once another database server answers (``Keyrings.serving``: a failover or a restore
+may bring back rows whose keys the key store destroyed since). No cipher and no other copy of a key is cached anywhere.
 """
 
 from __future__ import annotations

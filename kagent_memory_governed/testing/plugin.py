@@ -32,6 +32,7 @@ if TYPE_CHECKING:
 
     from kagent_memory_governed.adk.runtime import Runtime
     from kagent_memory_governed.bridge import AsyncControlClient, ScopeSigner
+    from kagent_memory_governed.keys import KeyStore
     from kagent_memory_governed.store import Store
     from kagent_memory_governed.testing import CountingEmbedder, ScriptedModel
 
@@ -85,11 +86,20 @@ async def governed_store(governed_database_url: str) -> AsyncIterator[Store]:
             shutil.rmtree(throwaway, ignore_errors=True)
 
 
-async def empty_tables(database_url: str) -> None:
-    """Remove every row of the governed store's tables (between tests; never in production)."""
+async def empty_tables(database_url: str, keys: KeyStore | None = None) -> None:
+    """Remove every row of the governed store's tables and, for a local key store (``keys``), every scope's keyring
+    with them (between tests; never in production). Emptied alone, the tables would be a database gone back in
+    time behind the key store's record of each scope's last erasure, which the store brings forward: a scope a
+    later test reuses would start disabled. An OpenBao key store is left as it is: use fresh scopes with one."""
+    import shutil
+
     import asyncpg
 
+    from kagent_memory_governed.keys import LocalKeyStore
     from kagent_memory_governed.schema import SCHEMA
+
+    if isinstance(keys, LocalKeyStore):
+        shutil.rmtree(keys.root / "scopes", ignore_errors=True)  # its layout: ``scopes/<scope id>``
 
     conn = await asyncpg.connect(database_url.replace("postgresql+asyncpg://", "postgresql://"))
     try:
@@ -193,4 +203,5 @@ async def governed_agent(
             yield GovernedAgent(http, governed_model, AsyncControlClient(http, governed_signer, subject))
         await governed_runtime.service.drain()
     finally:
-        await empty_tables(governed_database_url)
+        await empty_tables(governed_database_url, governed_runtime.store.key_store)
+        governed_runtime.store.drop_kept_keyrings()

@@ -25,10 +25,11 @@ from replication import Standby, base_backup, caught_up, hold_back, kill, promot
 from support import facts, keys_of, make_key, private_directory, refusal
 
 from kagent_memory_governed.embedded import start
-from kagent_memory_governed.errors import Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.keys import Fence
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store import Store
+from kagent_memory_governed.store import Store, reconcile
 from kagent_memory_governed.testing import embed
 
 ERASURES = ("off", "forget", "forget_all")
@@ -247,3 +248,76 @@ async def test_a_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
     finally:
         await store.close()
         await replica.close()
+
+
+# -- the edges of bringing a scope forward, on the suite's database ----------------------------------------------
+
+
+async def test_work_behind_an_erasure_the_database_has_is_stale_and_nothing_moves_back(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+):
+    """A keyring that records a later erasure than the work's generation, while the database has it too (the work
+    raced the erasure): ``consent_stale``, nothing brought forward; and a record older than the database moves
+    nothing back."""
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    await store.write(key, generation, facts("likes green tea"))
+    later = (await store.forget_all(key)).generation
+    db = store._db
+    with pytest.raises(GovernedMemoryError) as refused:
+        await reconcile.refuse_behind(db, key.scope_id, Fence(later, withdrawn=False), "prefetch")
+    assert refused.value.reason is Reason.CONSENT_STALE
+    assert not await reconcile.bring_forward(db, key.scope_id, Fence(later - 1, withdrawn=True))
+    assert await _state(sql, key) == (True, later)
+    ledger = await sql.fetch(
+        "SELECT operation, reason FROM governed_memory.ledger WHERE scope_id = $1 AND result = 'refused'", key.scope_id
+    )
+    assert [tuple(row) for row in ledger] == [("prefetch", "consent_stale")]
+    assert await sql.fetchval("SELECT count(*) FROM governed_memory.ledger WHERE operation = 'reconcile'") == 0
+
+
+class _Unanswering:
+    """A key store that cannot answer a fetch (``key_unavailable``), and serves everything else."""
+
+    def __init__(self, inner: object) -> None:
+        self.inner = inner
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.inner, name)
+
+    async def fetch(self, scope: object) -> object:
+        raise GovernedMemoryError(Reason.KEY_UNAVAILABLE, cause="unreachable")
+
+
+async def test_admission_and_sweep_fail_closed_when_the_key_store_cannot_say_what_it_erased(
+    store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
+):
+    """Admission waits for the keyring (it records the scope's last erasure): unanswered, the work is refused
+    ``key_unavailable`` with its ledger row, before any model call. ``sweep`` does the rest of its run and then
+    fails, so the CronJob shows that some scope could not be checked."""
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    replica = Store.connect(database_url, Policy(), keys=_Unanswering(store.key_store))  # type: ignore[arg-type]
+    try:
+        assert await refusal(replica.admit(key, generation, "prefetch", units=1)) is Reason.KEY_UNAVAILABLE
+        row = await sql.fetchrow(
+            "SELECT reason FROM governed_memory.ledger WHERE scope_id = $1 AND operation = 'prefetch'", key.scope_id
+        )
+        assert row["reason"] == "key_unavailable"
+        assert await refusal(replica.sweep()) is Reason.KEY_UNAVAILABLE
+        assert await sql.fetchval("SELECT count(*) FROM governed_memory.ledger WHERE operation = 'sweep'") == 1
+    finally:
+        await replica.close()
+
+
+async def test_a_scope_the_database_lost_whole_is_granted_again_above_the_key_stores_last_erasure(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+):
+    """A restore from before the scope existed: a new grant is a new consent, and starts above the erasure the key
+    store recorded, so nothing brings it back down to that withdrawal."""
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    await store.write(key, generation, facts("likes green tea"))
+    withdrawn = (await store.off(key)).generation
+    await sql.execute("DELETE FROM governed_memory.scopes WHERE scope_id = $1", key.scope_id)  # as if never there
+    again = (await store.grant(key, purpose="assist", policy_version="v2")).generation
+    assert again == withdrawn + 1
+    await store.admit(key, again, "prefetch", units=1)
+    assert await _state(sql, key) == (True, again)

@@ -21,7 +21,16 @@ from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.keys import EntryKey, LocalKeyStore, OpenBaoKeyStore, check_url, entry_keys
+from kagent_memory_governed.keys import (
+    FENCE,
+    EntryKey,
+    Fence,
+    LocalKeyStore,
+    OpenBaoKeyStore,
+    check_url,
+    entry_keys,
+    fence_of,
+)
 from kagent_memory_governed.keys.keyring import b64
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
@@ -80,6 +89,24 @@ async def test_a_key_store_keeps_every_key_and_destroys_exactly_what_it_is_asked
     assert await key_store.fetch(uuid.uuid4()) == {}
 
 
+async def test_a_key_store_records_a_scopes_last_erasure_only_forward_and_never_destroys_the_record(key_store):
+    """The keyring's record of its last erasure (``Fence``), written with the destroy: a later erasure replaces it,
+    an earlier one arriving late does not; no erasure destroys it, ``destroyed`` never counts it, and a scope that
+    had no keyring gets one holding the record alone."""
+    scope, entry = uuid.uuid4(), uuid.uuid4()
+    await key_store.destroy(scope, before=3, fence=Fence(3, withdrawn=True))  # no keyring yet
+    assert await key_store.fetch(scope) == {FENCE: Fence(3, withdrawn=True).slot()}
+    await key_store.store(scope, {entry: _key(3)})
+    await key_store.destroy(scope, entries=[entry], fence=Fence(4, withdrawn=False))
+    assert fence_of(await key_store.fetch(scope)) == Fence(4, withdrawn=False)
+    await key_store.destroy(scope, before=9, fence=Fence(2, withdrawn=True))  # a late run of an earlier erasure
+    assert fence_of(await key_store.fetch(scope)) == Fence(4, withdrawn=False)
+    assert entry_keys(await key_store.fetch(scope)) == {}
+    assert await key_store.destroyed(scope, before=9)  # the record is no key
+    await key_store.destroy(scope, before=2**62)  # nor does an erasure without a record of its own touch it
+    assert fence_of(await key_store.fetch(scope)) == Fence(4, withdrawn=False)
+
+
 async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao: SimpleNamespace):
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
     scope, entry = uuid.uuid4(), uuid.uuid4()
@@ -117,10 +144,12 @@ async def test_the_store_over_openbao_seals_recalls_and_erases_by_destroying_key
     assert (hit.entry_id, hit.text) == (first, "likes green tea")
     later = (await store.forget(key, first)).generation
     assert set(entry_keys(await store.key_store.fetch(key.scope_id))) == {second}
+    assert fence_of(await store.key_store.fetch(key.scope_id)) == Fence(later, withdrawn=False)  # the erasure's record
     assert await store.key_store.destroyed(key.scope_id, entries=[first])
     assert [h.entry_id for h in await store.search(key, later, embed("likes green tea"))] == [second]
-    await store.off(key)
+    withdrawn = (await store.off(key)).generation
     assert entry_keys(await store.key_store.fetch(key.scope_id)) == {}
+    assert fence_of(await store.key_store.fetch(key.scope_id)) == Fence(withdrawn, withdrawn=True)
     assert await store.key_store.destroyed(key.scope_id, before=later + 1)
 
 

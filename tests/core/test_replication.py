@@ -109,8 +109,8 @@ async def test_an_asynchronous_standby_is_named_with_what_it_means_for_erasures(
     standbys.append(standby(primary.data, "async_standby"))
     await streaming(admin, "async_standby", "async")
     line = (
-        "asynchronous (no synchronous standby required: an acknowledged erasure can be lost on failover;"
-        " re-apply erasures from the ledger after one)"
+        "asynchronous (no synchronous standby required: a failover can lose acknowledged erasures; run sweep after"
+        " one to bring every scope forward)"
     )
     assert await _replication(primary.url) == ("asynchronous", line)
     assert await _replication(primary.app) == ("asynchronous", line)  # the sender's pid is visible to any role
@@ -204,8 +204,8 @@ def test_doctor_prints_asynchronous_as_a_passing_line_with_its_meaning(
     doctor.main_report(Settings(database_url=primary.url, key_store=f"file://{key_store_of(primary.url)}"), out)
     [line] = [line for line in out.getvalue().splitlines() if line.startswith("replication ")]
     assert line == (
-        "replication              ok asynchronous (no synchronous standby required: an acknowledged erasure can be"
-        " lost on failover; re-apply erasures from the ledger after one)"
+        "replication              ok asynchronous (no synchronous standby required: a failover can lose acknowledged"
+        " erasures; run sweep after one to bring every scope forward)"
     )
     database = next(line for line in out.getvalue().splitlines() if line.startswith("database "))
     assert database == "database                 ok"
