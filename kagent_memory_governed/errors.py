@@ -51,6 +51,10 @@ class Reason(StrEnum):
     KEY_STORE_MISMATCH = "key_store_mismatch"  # the key store serves another database (or none yet): run nothing
     # the database was behind the key store's last erasure of the scope (a failover, a restore): brought forward
     STORE_REGRESSED = "store_regressed"
+    # the memory service (``serve``, docs/decisions/0001-memory-service.md), as its data plane's callers see it
+    SERVICE_UNAVAILABLE = "service_unavailable"  # unreachable, past its deadline, or an answer not of the wire
+    BAD_IDENTITY = "bad_identity"  # the caller's workload identity token is not one the service accepts
+    IDENTITY_UNAVAILABLE = "identity_unavailable"  # the cluster's keys to verify it cannot be had now
     KEYRING_STALE = "keyring_stale"  # internal to the store: a write saw a live entry its keyring lacked; retried
 
 
