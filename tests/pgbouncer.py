@@ -1,4 +1,6 @@
-"""Debian's PgBouncer (``.ci/run`` installs it) in front of a real PostgreSQL, for the tests of the pooler.
+"""PgBouncer in front of a real PostgreSQL, for the tests of the pooler: Debian 12's 1.18 (``/usr/sbin/pgbouncer``,
+which ``.ci/run`` apt-installs) and Debian 13's 1.24 (``.ci/run`` extracts its package, never installed, into
+``/opt/pgbouncer-1.24`` with trixie's C library and c-ares: it needs glibc 2.38, bookworm has 2.36).
 
 PgBouncer refuses to run as root; as root it runs as the owner of the server's socket directory (the embedded
 server's system user, whose data directory is that directory), or ``nobody`` in front of a server over TCP. Its
@@ -9,7 +11,8 @@ from __future__ import annotations
 
 import os
 import pwd
-import shutil
+import re
+import signal
 import socket
 import subprocess
 import time
@@ -17,20 +20,62 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import quote
 
+import pytest
 from sqlalchemy.engine import make_url
 from support import free_port, private_directory
 
-BINARY = shutil.which("pgbouncer") or "/usr/sbin/pgbouncer"
 PASSWORD = "SENTINEL-pooler-password"
 
 
-def installed() -> bool:
-    return os.access(BINARY, os.X_OK)
+@dataclass(frozen=True)
+class Binary:
+    """One PgBouncer executable, named by its version (``name``): ``path`` run as it is or, when ``root`` is a
+    package tree extracted beside the system (Debian 13's), through that tree's own dynamic loader with its
+    libraries first, for that process only."""
+
+    name: str
+    path: Path
+    provides: str  # what puts it there
+    root: Path | None = None
+
+    def installed(self) -> bool:
+        return os.access(self.path, os.X_OK)
+
+    def command(self) -> list[str]:
+        if self.root is None:
+            return [str(self.path)]
+        [libraries] = self.root.glob("usr/lib/*-linux-gnu")
+        [loader] = libraries.glob("ld-linux*.so.*")
+        return [str(loader), "--library-path", str(libraries), str(self.path)]
+
+    def version(self) -> str:
+        """``PgBouncer 1.24.1``, as the binary names itself."""
+        answer = subprocess.run([*self.command(), "--version"], capture_output=True, text=True, check=True)
+        return answer.stdout.splitlines()[0]
+
+    def release(self) -> tuple[int, int]:
+        found = re.fullmatch(r"PgBouncer (\d+)\.(\d+)\.\d+", self.version())
+        assert found, self.version()
+        return int(found[1]), int(found[2])
+
+    def require(self) -> None:
+        """Skip, saying why, where this binary is absent; fail in CI (``CI=true``), which must run it."""
+        if self.installed():
+            return
+        absent = f"PgBouncer {self.name} is not at {self.path}: {self.provides}"
+        if os.environ.get("CI") == "true":
+            pytest.fail(absent)
+        pytest.skip(absent)
 
 
-def version() -> str:
-    """``PgBouncer 1.18.0``, as the binary names itself."""
-    return subprocess.run([BINARY, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
+DEBIAN_12 = Binary("1.18", Path("/usr/sbin/pgbouncer"), "apt-get install pgbouncer (.ci/run does)")
+DEBIAN_13 = Binary(
+    "1.24",
+    Path("/opt/pgbouncer-1.24/usr/sbin/pgbouncer"),
+    "run .ci/run's pgbouncer_124 step (it extracts trixie's package there)",
+    root=Path("/opt/pgbouncer-1.24"),
+)
+BINARIES = {binary.name: binary for binary in (DEBIAN_12, DEBIAN_13)}
 
 
 def server_of(database_url: str) -> str:
@@ -47,9 +92,11 @@ def server_of(database_url: str) -> str:
 class PgBouncer:
     """One PgBouncer process: ``databases`` maps a name clients ask for to a ``[databases]`` connection string
     (``dbname=`` included), ``settings`` are ``[pgbouncer]`` settings over the defaults here (transaction pooling,
-    two server connections a pool, SCRAM against the user list). Clients log in as ``user`` with ``PASSWORD``."""
+    two server connections a pool, SCRAM against the user list), run by ``binary``. Clients log in as ``user``
+    with ``PASSWORD``."""
 
     databases: dict[str, str]
+    binary: Binary = DEBIAN_12
     user: str = "postgres"
     settings: dict[str, str] = field(default_factory=dict)
     port: int = field(default_factory=free_port)
@@ -94,7 +141,7 @@ class PgBouncer:
             for path in [self.directory, *self.directory.iterdir()]:
                 os.chown(path, account.pw_uid, account.pw_gid)
         self.directory.chmod(0o700)
-        command = [BINARY, str(self.directory / "pgbouncer.ini")]
+        command = [*self.binary.command(), str(self.directory / "pgbouncer.ini")]
         self.process = subprocess.Popen(command, user=user, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and self.process.poll() is None:
@@ -111,7 +158,8 @@ class PgBouncer:
 
     def stop(self) -> None:
         if self.process is not None and self.process.poll() is None:
-            self.process.terminate()  # 1.18: immediate shutdown; later versions wait for clients, all gone by now
+            # immediate shutdown: 1.18's SIGTERM; from 1.23 SIGTERM waits for clients (10 s with the server down)
+            self.process.send_signal(signal.SIGQUIT if self.binary.release() >= (1, 23) else signal.SIGTERM)
             try:
                 self.process.wait(10)
             except subprocess.TimeoutExpired:

@@ -37,12 +37,14 @@ async def migrate(db: Database, to: str = "head") -> str:
     """Upgrade to ``to`` (``head`` or a revision id), or downgrade to it when it is older than the database.
     Refuses a database migrated past anything this package knows (``schema_newer``, naming both revisions),
     ``base`` (it would drop every entry and the ledger without an erasure's verification) and any other
-    target (``bad_input``); a role that may not create pgvector gets ``extension_missing``."""
+    target (``bad_input``); a role that may not create pgvector gets ``extension_missing``; a pooler between it and
+    the server gets ``unsupported_database (pooled)``, before anything changes (``_refuse_a_pooler``)."""
     from alembic import command
     from alembic.config import Config
 
     scripts = _scripts()
     target = _target(scripts, to)
+    await _refuse_a_pooler(db)
     await _create_extension(db)
 
     def move(sync_conn: Connection) -> None:  # alembic is synchronous; it runs on this connection
@@ -136,6 +138,48 @@ async def _seal(db: Database, batch: int) -> int:
         total += len(rows)
         if len(rows) < batch:
             return total
+
+
+async def _refuse_a_pooler(db: Database) -> None:
+    """Refuse ``unsupported_database (pooled)`` unless each of two client connections runs its transaction in the
+    server process that answered its start-up, and the two in two processes. A migration keeps its lock and its
+    settings in a session (``_migration_session``: a session advisory lock across ``VACUUM FULL``, which no
+    transaction block can hold); a transaction pooler lends a server session to another client between
+    transactions, so the lock would stay in a session no migration holds and the rewrite would run unlocked.
+
+    Why a direct connection always passes: PostgreSQL announces each client its backend's process id at start-up
+    (the cancel key, BackendKeyData) and runs every statement of that connection in that process, so the id
+    announced is ``pg_backend_pid()``, and two connections are two processes; a proxy that only relays bytes (TLS,
+    a port-forward, a TCP load balancer) changes neither. Why a pooler does not: it answers the start-up before it
+    picks a server session (a transaction pooler picks one per transaction) and must answer cancel requests
+    itself, so it announces a key of its own (PgBouncer, in every pool mode: a random id); and it lends the second
+    client the idle session the first has just left (PgBouncer's default, LIFO; always, with a pool of one), so
+    the two meet one process. To pass, a pooler would have to give the two clients two sessions and announce to
+    each, by chance, the id of the one that runs it: for PgBouncer's random ids, about once in 2**62. Not read
+    instead, since each passes a transaction pooler: whether a session ``SET`` or advisory lock carries from one
+    transaction to the next (it does whenever the pool lends the same idle session again, as PgBouncer does), or
+    whether ``pg_backend_pid()`` changes between them (not with one idle session). PgBouncer answers ``SHOW`` on
+    its admin database only. The two transactions run one after the other: a pool of one session answers too."""
+    try:
+        async with db.engine.connect() as first, db.engine.connect() as second:
+            served = [await _served(first), await _served(second)]
+    except _DATABASE_ERRORS as error:
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
+    announced = [pid for pid, _ in served]
+    running = [pid for _, pid in served]
+    if announced != running or running[0] == running[1]:
+        raise GovernedMemoryError(Reason.UNSUPPORTED_DATABASE, cause="pooled")
+
+
+async def _served(conn: AsyncConnection) -> tuple[int, int]:
+    """The process id ``conn``'s start-up announced, and the one that runs a transaction on it."""
+    await conn.execution_options(isolation_level="READ COMMITTED")  # a transaction: its BEGIN carries the bounds
+    async with conn.begin():
+        running = (await conn.execute(select(func.pg_backend_pid()))).scalar_one()
+    driver = (await conn.get_raw_connection()).driver_connection
+    if driver is None:  # a checked-out connection always has its driver's
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="connection_failure")
+    return int(driver.get_server_pid()), int(running)
 
 
 @asynccontextmanager

@@ -1,36 +1,38 @@
 """The store as PostgreSQL is deployed (R44, #34): behind PgBouncer in transaction pooling mode, with stock
 PgBouncer settings (no ``ignore_startup_parameters``), and direct, alike.
 
-Real parts only: Debian's PgBouncer (``.ci/run`` installs it; skipped, saying so, only where it is not
-installed) in front of the suite's embedded PostgreSQL, over its Unix socket, with two server connections a pool,
-so that two replicas and a sweep really share server sessions; a second embedded PostgreSQL that is stopped for
-the server-down case; a loopback listener that accepts and never answers. What is proved:
+Real parts only: Debian 12's PgBouncer 1.18 and Debian 13's 1.24, the latter both with ``max_prepared_statements``
+at its default (200: named prepared statements tracked) and at 0 (``.ci/run`` provides both binaries; away from CI
+a missing one is skipped, saying so; in CI it fails), in front of the suite's embedded PostgreSQL, over its Unix
+socket, with two server connections a pool, so that two replicas and a sweep really share server sessions; a
+second embedded PostgreSQL that is stopped for the server-down case; a loopback listener that accepts and never
+answers. What is proved, through each:
 - the whole lifecycle runs, concurrently, with binary vectors, and leaves no session state behind (no
   setting, no prepared statement) in the server sessions the pool lends;
 - the lock and statement timeouts hold through the pooler as they do direct, in a transaction and in a lone
   statement, and fail as ``store_unavailable (timeout)`` at about the timeout, not when the lock is released;
 - refusals through the pooler name their cause, by SQLSTATE (``database.cause_of``);
+- ``migrate`` through the pooler refuses, ``unsupported_database (pooled)``, before it changes anything;
 - libpq's ``connect_timeout`` bounds a silent endpoint; the multi-host form takes ``target_session_attrs``.
 """
 
 from __future__ import annotations
 
 import asyncio
-import re
 import subprocess
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import asyncpg
 import pytest
 from freezegun import freeze_time
-from pgbouncer import PASSWORD, PgBouncer, installed, server_of, version
+from pgbouncer import BINARIES, DEBIAN_12, DEBIAN_13, PASSWORD, Binary, PgBouncer, server_of
 from sqlalchemy import event
 from sqlalchemy.engine import make_url
-from support import dropped, facts, keys_of, make_key, private_directory
+from support import dropped, facts, keys_of, make_key, private_directory, run_command
 
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy
@@ -42,55 +44,91 @@ from kagent_memory_governed.testing import embed
 
 T0 = "2030-01-01T00:00:00Z"
 DATABASE = f"pooled_{uuid.uuid4().hex[:10]}"
+UNMIGRATED = f"unmigrated_{uuid.uuid4().hex[:10]}"  # what a refused migrate must leave as it was
+
+# each pooler the tests run through: its binary and its [pgbouncer] settings over the helper's
+POOLERS: dict[str, tuple[Binary, dict[str, str]]] = {
+    "1.18": (DEBIAN_12, {}),
+    "1.24": (DEBIAN_13, {}),  # max_prepared_statements at its default, 200
+    "1.24-untracked": (DEBIAN_13, {"max_prepared_statements": "0"}),  # no named statement tracked, as 1.18
+}
 
 
 def _raw(url: str) -> str:
     return url.replace("postgresql+asyncpg://", "postgresql://")
 
 
-def _version() -> tuple[int, ...]:
-    found = re.search(r"(\d+)\.(\d+)", version())
-    assert found, version()
-    return tuple(int(part) for part in found.groups())
-
-
 @dataclass
 class Pooled:
-    """A database of its own, migrated directly, and a PgBouncer in transaction mode in front of it."""
+    """A database of its own, migrated directly, a database never migrated beside it, and one PgBouncer at a time
+    in transaction mode in front of both (started when a test first asks for it)."""
 
     direct: str  # the database's URL, for what goes direct (migrate, checks)
-    bouncer: PgBouncer
+    server: str  # the ``[databases]`` connection string of the server
+    user: str
+    running: tuple[str, PgBouncer, float] | None = None  # which pooler, and when it started (the server's clock)
+    started: list[PgBouncer] = field(default_factory=list)
 
-    @property
-    def url(self) -> str:
-        return self.bouncer.url(DATABASE)
+    async def through(self, pooler: str) -> PgBouncer:
+        """The PgBouncer ``pooler`` names, the only one running: its server sessions are the only pooled ones."""
+        if self.running is not None and self.running[0] == pooler:
+            return self.running[1]
+        binary, settings = POOLERS[pooler]
+        binary.require()
+        if self.running is not None:
+            self.running[1].stop()
+        databases = {
+            name: f"{self.server} dbname={database}"
+            for name, database in ((DATABASE, DATABASE), (UNMIGRATED, UNMIGRATED), ("missing", "no_such_database"))
+        }
+        since = await self.now()
+        bouncer = PgBouncer(databases, binary=binary, user=self.user, settings=settings).start()
+        self.started.append(bouncer)
+        self.running = (pooler, bouncer, since)
+        return bouncer
 
-    def store(self, **options: object) -> Store:
-        return Store.connect(self.url, Policy(), keys=keys_of(self.direct), **options)  # type: ignore[arg-type]
+    async def now(self) -> float:
+        direct = await asyncpg.connect(_raw(self.direct))
+        try:
+            return float(await direct.fetchval("SELECT extract(epoch FROM clock_timestamp())"))
+        finally:
+            await direct.close()
+
+    async def url(self, pooler: str, database: str = DATABASE) -> str:
+        return (await self.through(pooler)).url(database)
+
+    async def store(self, pooler: str, **options: object) -> Store:
+        return Store.connect(await self.url(pooler), Policy(), keys=keys_of(self.direct), **options)  # type: ignore[arg-type]
+
+    def direct_to(self, database: str) -> str:
+        return str(make_url(self.direct).set(database=database).render_as_string(hide_password=False))
+
+    def discard(self) -> None:
+        """Stop the running PgBouncer, and with it every server session it lent (and what a test left in them)."""
+        if self.running is not None:
+            self.running[1].stop()
+            self.running = None
 
 
 @pytest.fixture(scope="module")
 async def pooled(database_url: str, store: Store) -> AsyncIterator[Pooled]:  # store: the suite's database migrated
-    if not installed():
-        pytest.skip("PgBouncer is not installed: apt-get install pgbouncer (.ci/run installs it)")
     admin = await asyncpg.connect(_raw(database_url))
     await admin.execute(f'CREATE DATABASE "{DATABASE}"')
+    await admin.execute(f'CREATE DATABASE "{UNMIGRATED}"')
     direct = str(make_url(database_url).set(database=DATABASE).render_as_string(hide_password=False))
     migrating = Store.connect(direct, Policy(), keys=keys_of(direct))
-    await migrating.migrate()  # direct: a migration holds a session-level advisory lock (docs/operator.md)
+    await migrating.migrate()  # direct: through a pooler it refuses (test_migrate_through_the_pooler_...)
     await migrating.close()
-    server = server_of(database_url)
-    bouncer = PgBouncer(
-        {DATABASE: f"{server} dbname={DATABASE}", "missing": f"{server} dbname=no_such_database"},
-        user=make_url(database_url).username or "postgres",
-    ).start()
+    pooled = Pooled(direct, server_of(database_url), make_url(database_url).username or "postgres")
     try:
-        yield Pooled(direct, bouncer)
+        yield pooled
     finally:
-        bouncer.stop()
-        await admin.execute(f'DROP DATABASE "{DATABASE}" WITH (FORCE)')
+        for bouncer in pooled.started:
+            bouncer.stop()
+        for database in (DATABASE, UNMIGRATED):
+            await admin.execute(f'DROP DATABASE "{database}" WITH (FORCE)')
+            dropped(str(make_url(database_url).set(database=database)))
         await admin.close()
-        dropped(direct)
 
 
 async def _refused(work: object) -> tuple[Reason, str | None, float]:
@@ -132,19 +170,25 @@ async def _session_state(url: str, sessions: int) -> list[tuple[str, str, str, s
 SUBJECTS = 8
 
 
+@pytest.mark.parametrize("pooler", POOLERS)
 async def test_two_replicas_and_a_sweep_share_two_server_sessions_through_the_whole_lifecycle(
-    pooled: Pooled,
+    pooled: Pooled, pooler: str
 ):
     """Every operation of the lifecycle, concurrently, from two replicas and a sweeper: more client connections
     than the pool's two server sessions, so a session serves one client, then another. Before: every command
     refused at start-up (``statement_timeout`` and two more start-up parameters PgBouncer refuses); with those
-    ignored, PgBouncer 1.18 refused ``prepared statement "__asyncpg_stmt_1__" already exists``."""
-    replicas = [pooled.store(pool_size=4, max_overflow=0) for _ in range(2)]
-    sweeper = pooled.store(pool_size=2, max_overflow=0)
+    ignored, PgBouncer 1.18 refused ``prepared statement "__asyncpg_stmt_1__" already exists``. A sweep running
+    beside an ``off`` may complete that erasure between its fence and its clear: the ``off`` then answers 0 erased,
+    and the ledger shows the entry erased once, by the sweep."""
+    replicas = [await pooled.store(pooler, pool_size=4, max_overflow=0) for _ in range(2)]
+    sweeper = await pooled.store(pooler, pool_size=2, max_overflow=0)
+    assert pooled.running is not None
+    since = pooled.running[2]
     opened: list[object] = []
     for store in (*replicas, sweeper):  # observation only: how many client connections the stores open
         event.listen(store._engine.sync_engine, "connect", lambda connection, record: opened.append(connection))
-    keys = [make_key(f"pooled{n}") for n in range(SUBJECTS)]
+    run = uuid.uuid4().hex[:8]  # scopes of this run alone: each pooler's run starts at the same frozen time
+    keys = [make_key(f"pooled{n}x{run}") for n in range(SUBJECTS)]
     direct = await asyncpg.connect(_raw(pooled.direct))
     try:
         with freeze_time(T0, real_asyncio=True) as frozen:
@@ -173,10 +217,13 @@ async def test_two_replicas_and_a_sweep_share_two_server_sessions_through_the_wh
             )
             assert swept[0] + swept[1] == SUBJECTS  # each expired entry deleted once, by one of the two sweeps
 
+            answered: dict[uuid.UUID, int] = {}
+
             async def erase(n: int, key: ScopeKey) -> None:
                 store = replicas[n % 2]
                 erased = await (store.off(key) if n % 2 else store.forget_all(key))
-                assert erased.erased == 1
+                assert erased.erased in (0, 1)  # 0: a sweep completed this erasure first, between its fence and clear
+                answered[key.scope_id] = erased.generation
 
             outcome = await asyncio.gather(sweeper.sweep(), *(erase(n, key) for n, key in enumerate(keys)))
             assert outcome[0] == 0
@@ -188,10 +235,23 @@ async def test_two_replicas_and_a_sweep_share_two_server_sessions_through_the_wh
             "SELECT enabled FROM governed_memory.scopes WHERE scope_id = ANY($1::uuid[]) ORDER BY scope_id", scope_ids
         )
         assert left == 0 and len(enabled) == SUBJECTS
+        erased_once = await direct.fetch(
+            "SELECT scope_id, generation, sum(count) AS erased FROM governed_memory.ledger"
+            " WHERE scope_id = ANY($1::uuid[]) AND operation IN ('off', 'forget_all', 'complete_erasure')"
+            " GROUP BY scope_id, generation",
+            scope_ids,
+        )
+        # each last entry erased once, by its erasure or by the sweep that completed it, at the generation answered
+        assert {(row["scope_id"], row["generation"], row["erased"]) for row in erased_once} == {
+            (scope, generation, 1) for scope, generation in answered.items()
+        }
         assert sum(not row["enabled"] for row in enabled) == SUBJECTS // 2  # off withdrew half; forget_all kept it
-        # two server sessions served every client connection of the three stores
+        # two server sessions (of this PgBouncer: opened since it started) served every client connection
         servers = await direct.fetchval(
-            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()", DATABASE
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = $1 AND pid <> pg_backend_pid()"
+            " AND backend_start >= to_timestamp($2)",
+            DATABASE,
+            since,
         )
         assert len(opened) > 2 >= servers > 0
     finally:
@@ -199,13 +259,13 @@ async def test_two_replicas_and_a_sweep_share_two_server_sessions_through_the_wh
         for store in (*replicas, sweeper):
             await store.close()
     # and they hold nothing the store set: no timeout, no prepared statement, JIT as configured
-    assert await _session_state(pooled.url, 2) == [("0", "0", "0", "on", 0)] * 2
+    assert await _session_state(await pooled.url(pooler), 2) == [("0", "0", "0", "on", 0)] * 2
 
 
 # -- the timeouts hold through the pooler --------------------------------------------------------------
 
 
-@pytest.mark.parametrize("route", ["direct", "pgbouncer"])
+@pytest.mark.parametrize("route", ["direct", *POOLERS])
 @pytest.mark.parametrize(
     ("statement_ms", "lock_ms"), [(15000, 500), (500, 10000)], ids=["lock_timeout", "statement_timeout"]
 )
@@ -214,9 +274,10 @@ async def test_a_held_scope_lock_fails_each_operation_at_its_timeout_not_when_re
 ):
     """A row lock on the scope held from another connection: a lone statement (``write``, the fence of ``off``)
     and a transaction (``grant``) each fail as ``store_unavailable (timeout)`` at about half a second, through
-    PgBouncer as direct. Before, through PgBouncer, the lock wait was answered when the lock was released (the
-    timeouts were start-up parameters PgBouncer had to be told to ignore)."""
-    url = pooled.direct if route == "direct" else pooled.url
+    PgBouncer 1.18 and 1.24 as direct. Before, through PgBouncer, the lock wait was answered when the lock was
+    released (the timeouts were start-up parameters PgBouncer had to be told to ignore; measured on 1.24: at 20 s,
+    when the lock was released, not at the 10 s lock timeout)."""
+    url = pooled.direct if route == "direct" else await pooled.url(route)
     store = Store.connect(
         url, Policy(), keys=keys_of(pooled.direct), statement_timeout_ms=statement_ms, lock_timeout_ms=lock_ms
     )
@@ -255,18 +316,20 @@ async def _cause(url: str, **options: object) -> tuple[Reason, str | None]:
     return reason, cause
 
 
-async def test_a_wrong_password_and_a_missing_database_through_the_pooler_name_their_cause(pooled: Pooled):
+@pytest.mark.parametrize("pooler", POOLERS)
+async def test_a_wrong_password_and_a_missing_database_through_the_pooler_name_their_cause(pooled: Pooled, pooler: str):
     """PgBouncer answers its own refusals as 08P01 (``connection_rejected``), and from 1.20 on forwards a server's
     own login error with the server's SQLSTATE (here 3D000, ``database_missing``); never read from message text.
     Before: each a bare ``store_unavailable``."""
     unavailable = Reason.STORE_UNAVAILABLE
-    assert await _cause(pooled.bouncer.url(DATABASE, password="wrong")) == (unavailable, "connection_rejected")
-    assert await _cause(pooled.bouncer.url("not_configured")) == (unavailable, "connection_rejected")  # PgBouncer's own
-    server_says = "database_missing" if _version() >= (1, 20) else "connection_rejected"
-    assert await _cause(pooled.bouncer.url("missing")) == (unavailable, server_says)  # the server's refusal
+    bouncer = await pooled.through(pooler)
+    assert await _cause(bouncer.url(DATABASE, password="wrong")) == (unavailable, "connection_rejected")
+    assert await _cause(bouncer.url("not_configured")) == (unavailable, "connection_rejected")  # PgBouncer's own
+    server_says = "database_missing" if bouncer.binary.release() >= (1, 20) else "connection_rejected"
+    assert await _cause(bouncer.url("missing")) == (unavailable, server_says)  # the server's refusal
     # what the store sent before: a start-up parameter PgBouncer does not track, refused as 08P01
     with pytest.raises(asyncpg.PostgresError) as refused:
-        await asyncpg.connect(_raw(pooled.url), server_settings={"lock_timeout": "10000"})
+        await asyncpg.connect(_raw(bouncer.url(DATABASE)), server_settings={"lock_timeout": "10000"})
     assert cause_of(refused.value) == "connection_rejected"
     assert PASSWORD not in str(GovernedMemoryError(unavailable, cause=cause_of(refused.value)))
 
@@ -289,13 +352,15 @@ def _pg_ctl(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(pg_ctl), "-D", str(data), "-w", *args], user=owner, capture_output=True, text=True)
 
 
-async def test_a_server_down_behind_the_pooler_names_its_cause(stoppable: tuple[str, Path]):
+@pytest.mark.parametrize("binary", BINARIES)
+async def test_a_server_down_behind_the_pooler_names_its_cause(stoppable: tuple[str, Path], binary: str):
     """The server behind PgBouncer stops: a connection the store holds waits for a server session until its bound
     (``timeout``); a new one is refused by PgBouncer once its logins to the server fail (``connection_failure``).
     Before: a bare ``store_unavailable``."""
+    BINARIES[binary].require()
     url, data = stoppable
     name = make_url(url).database
-    with PgBouncer({name: f"{server_of(url)} dbname={name}"}) as bouncer:
+    with PgBouncer({name: f"{server_of(url)} dbname={name}"}, binary=BINARIES[binary]) as bouncer:
         held = Store.connect(bouncer.url(name), Policy(), keys=keys_of(url), statement_timeout_ms=1000)
         try:
             assert await held.revision() is None  # reached: never migrated
@@ -305,6 +370,89 @@ async def test_a_server_down_behind_the_pooler_names_its_cause(stoppable: tuple[
         finally:
             await held.close()
         assert await _cause(bouncer.url(name)) == (Reason.STORE_UNAVAILABLE, "connection_failure")
+
+
+# -- migrate goes direct: through a pooler it refuses before it changes anything --------------------------
+
+
+@pytest.mark.parametrize("pooler", POOLERS)
+async def test_migrate_through_the_pooler_refuses_before_it_changes_anything(pooled: Pooled, pooler: str):
+    """``migrate`` keeps its lock and settings in a session (``schema_admin._migration_session``), which a
+    transaction pooler lends to other clients: through PgBouncer it refuses, one line, ``unsupported_database
+    (pooled)``, on a database never migrated and on one at head alike, and leaves pgvector uncreated, no schema,
+    no lock and no setting behind. Before: it ran, and left its session advisory lock in a server session of the
+    pool, where every later ``migrate`` waited on it. What the refusal reads (the cancel key PgBouncer announces
+    is its own) and what it must not read (a session ``SET`` carries to the next transaction here: the pool lends
+    the same idle server session again) are both shown."""
+    bouncer = await pooled.through(pooler)
+    unmigrated = pooled.direct_to(UNMIGRATED)
+    try:
+        for database, direct in ((UNMIGRATED, unmigrated), (DATABASE, pooled.direct)):
+            store = Store.connect(bouncer.url(database), Policy(), keys=keys_of(direct))
+            try:
+                reason, cause, _ = await _refused(store.migrate())
+                assert (reason, cause) == (Reason.UNSUPPORTED_DATABASE, "pooled")
+                assert await store.revision() == (None if database == UNMIGRATED else Store.head_revision())
+            finally:
+                await store.close()
+        command = run_command("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=bouncer.url(UNMIGRATED))
+        assert (command.returncode, command.stderr) == (1, "refused: unsupported_database (pooled)\n")
+        check = await asyncpg.connect(_raw(unmigrated))
+        try:
+            assert await check.fetchval("SELECT count(*) FROM pg_extension WHERE extname = 'vector'") == 0
+            assert await check.fetchval("SELECT count(*) FROM pg_namespace WHERE nspname = 'governed_memory'") == 0
+            assert await check.fetchval("SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'") == 0
+        finally:
+            await check.close()
+        client = await asyncpg.connect(_raw(bouncer.url(UNMIGRATED)), statement_cache_size=0)
+        try:
+            assert client.get_server_pid() != await client.fetchval("SELECT pg_backend_pid()")  # PgBouncer's own key
+            await client.execute("SET kagent_probe.carried = 'yes'")  # not LOCAL: left in the server session
+            assert await client.fetchval("SELECT current_setting('kagent_probe.carried', true)") == "yes"
+        finally:
+            await client.close()
+    finally:
+        pooled.discard()  # the probe's setting goes with the server sessions
+
+
+@pytest.mark.parametrize("binary", BINARIES)
+async def test_migrate_through_a_session_pool_refuses_too(pooled: Pooled, binary: str):
+    """PgBouncer announces a cancel key of its own in session mode too: ``migrate`` goes direct, whatever the pool."""
+    BINARIES[binary].require()
+    databases = {UNMIGRATED: f"{pooled.server} dbname={UNMIGRATED}"}
+    settings = {"pool_mode": "session"}
+    with PgBouncer(databases, binary=BINARIES[binary], user=pooled.user, settings=settings) as bouncer:
+        store = Store.connect(bouncer.url(UNMIGRATED), Policy(), keys=keys_of(pooled.direct_to(UNMIGRATED)))
+        try:
+            reason, cause, _ = await _refused(store.migrate())
+        finally:
+            await store.close()
+    assert (reason, cause) == (Reason.UNSUPPORTED_DATABASE, "pooled")
+
+
+# -- what max_prepared_statements changes ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("pooler", POOLERS)
+async def test_named_prepared_statements_collide_unless_the_pooler_tracks_them(pooled: Pooled, pooler: str):
+    """Why the store names no prepared statement: two clients of one server session, each preparing a statement
+    of the same name, as two replicas' drivers do (asyncpg's ``__asyncpg_stmt_1__`` in each process). PgBouncer
+    1.18, and 1.24 with ``max_prepared_statements = 0``, refuse the second (the first one's is still in the
+    session); 1.24 at its default tracks and renames them. The store runs the same through all three (the
+    lifecycle above)."""
+    url = _raw(await pooled.url(pooler, UNMIGRATED))
+    first, second = await asyncpg.connect(url), await asyncpg.connect(url)
+    try:
+        assert await (await first.prepare("SELECT 1", name="replica_stmt")).fetchval() == 1  # left in the session
+        if pooler == "1.24":
+            assert await (await second.prepare("SELECT 2", name="replica_stmt")).fetchval() == 2
+        else:
+            with pytest.raises(asyncpg.DuplicatePreparedStatementError):
+                await second.prepare("SELECT 2", name="replica_stmt")  # the same idle server session, lent again
+    finally:
+        await first.close()
+        await second.close()
+        pooled.discard()  # the statements go with the server sessions
 
 
 # -- libpq's connect_timeout and multi-host form ------------------------------------------------------------
