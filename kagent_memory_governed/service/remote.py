@@ -1,0 +1,265 @@
+"""``RemoteStore``: the runtime's client of the governed memory service's data plane (ADR 0001).
+
+The data-plane subset of ``Store`` that the runtime calls (``admit``, ``search``, ``search_many``, ``write``,
+``record_turn``, ``collect_turns``, ``policy``, ``limit_expiry``), with the same arguments and answers, over
+``grpc.aio``. Each call presents the request's scope token exactly as the bridge signed it (``carry``) and the
+workload identity token read from its file for that call (as kagent reads its projected token); the service verifies
+both and acts on that token's scope. A call for a key or generation other than the carried token's is refused here,
+``scope_mismatch``, before anything is sent; without a token, ``no_assertion``.
+
+Refusals are the service's reason codes. Anything else (unreachable, past the deadline, an answer that is not a
+reason code with its status, or not of the wire) is ``service_unavailable`` with a content-free cause. TLS verifies
+the service's certificate and name against a CA file (libpq's ``verify-full``); plaintext only to a loopback address.
+Imports nothing of the server or the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Sequence
+from contextvars import ContextVar, Token
+from datetime import UTC
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+
+from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
+from kagent_memory_governed.policy import Policy, admit_int
+from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.service import data_plane_pb2 as pb
+from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
+from kagent_memory_governed.service import wire
+from kagent_memory_governed.service.values import Fact, Hit, Turn
+
+URL_SETTING = "KAGENT_GOVERNED_MEMORY_SERVICE_URL"
+_scope_token: ContextVar[str | None] = ContextVar("governed_memory_scope_token", default=None)
+
+
+def carry(token: str | None) -> Token[str | None]:
+    """Present ``token`` (the request's ``X-Memory-Scope``, as received) on every call of this context and of the
+    tasks it starts, such as a background auto-save; returns a token for ``contextvars`` reset."""
+    return _scope_token.set(token)
+
+
+def _unavailable(cause: str) -> GovernedMemoryError:
+    return GovernedMemoryError(Reason.SERVICE_UNAVAILABLE, cause=cause)
+
+
+class RemoteStore:
+    """The data plane of a governed memory service, as the runtime's store. Create with ``RemoteStore.connect``;
+    ``close`` when done."""
+
+    def __init__(self, channel: grpc.aio.Channel, *, token_file: Path, deadline: float) -> None:
+        self._channel = channel
+        self._stub: Any = pb_grpc.DataPlaneStub(channel)  # generated, untyped; replies are checked below
+        self._token_file = token_file
+        self._deadline = deadline
+        self._policy = Policy()  # the ceilings until ``refresh_policy``; the service enforces its own either way
+        self._expiry_ceiling: int | None = None
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        token_file: Path,
+        ca_file: Path | None = None,
+        deadline: float = wire.DEFAULT_DEADLINE_SECONDS,
+    ) -> RemoteStore:
+        """A client of the service at ``url``: ``https://host:port``, verified against the PEM ``ca_file`` (the
+        certificate must name ``host``), or ``http://host:port`` to a loopback address only. Opened lazily. Each call
+        waits at most ``deadline`` seconds. A bad setting is a ``ConfigurationError`` naming it, never its value."""
+        parts = urlsplit(url)
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+        host = parts.hostname
+        if parts.scheme not in ("https", "http") or not host or port is None or parts.path not in ("", "/"):
+            raise ConfigurationError(f"{URL_SETTING} must be https://host:port (or http:// to a loopback address)")
+        if parts.username or parts.password or parts.query or parts.fragment:
+            raise ConfigurationError(f"{URL_SETTING} must be https://host:port (or http:// to a loopback address)")
+        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+        options = [
+            ("grpc.max_receive_message_length", wire.MAX_MESSAGE_BYTES),
+            ("grpc.max_send_message_length", wire.MAX_MESSAGE_BYTES),
+        ]
+        if parts.scheme == "http":
+            if not wire.is_loopback(host):
+                raise ConfigurationError(f"{URL_SETTING}: plaintext (http://) only to a loopback address; use https://")
+            channel = grpc.aio.insecure_channel(target, options=options)
+        else:
+            if ca_file is None:
+                raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA is required for https://")
+            try:
+                roots = ca_file.read_bytes()
+            except OSError:
+                raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA cannot be read") from None
+            credentials = grpc.ssl_channel_credentials(root_certificates=roots)
+            channel = grpc.aio.secure_channel(target, credentials, options=options)
+        return cls(channel, token_file=token_file, deadline=deadline)
+
+    async def close(self) -> None:
+        await self._channel.close()
+
+    # -- policy -----------------------------------------------------------------------------------
+
+    @property
+    def policy(self) -> Policy:
+        """The service's effective policy as last answered (``refresh_policy``), with ``limit_expiry`` applied."""
+        if self._expiry_ceiling is None:
+            return self._policy
+        ceiling = min(self._policy.max_expiry_seconds, self._expiry_ceiling)
+        return self._policy.model_copy(update={"max_expiry_seconds": ceiling})
+
+    async def refresh_policy(self) -> Policy:
+        """Ask the service for its effective ceilings (workload identity only); returns ``policy``."""
+        reply = await self._call(self._stub.Policy, pb.PolicyRequest(), None, pb.PolicyReply)
+        try:
+            self._policy = Policy(**{name: getattr(reply, name) for name in Policy.model_fields})
+        except ValueError:  # pydantic's ValidationError: an answer no policy can have
+            raise _unavailable("bad_answer") from None
+        return self.policy
+
+    def limit_expiry(self, seconds: int) -> None:
+        """Lower the expiry of every later write (an Agent's ``memory.ttlDays``); it travels as ``Write``'s
+        ``expires_in``, which the service bounds again. Never raises the ceiling."""
+        value = admit_int(seconds, low=1, high=2**63 - 1)
+        self._expiry_ceiling = value if self._expiry_ceiling is None else min(self._expiry_ceiling, value)
+
+    # -- the data plane ---------------------------------------------------------------------------
+
+    async def admit(
+        self, key: ScopeKey, generation: int, operation: str, *, units: int = 0, explicit: bool = False
+    ) -> None:
+        """``Store.admit`` at the service. Refuses as it does, and ``service_unavailable``."""
+        units = admit_int(units, low=0, high=2**32 - 1)
+        request = pb.AdmitRequest(operation=str(operation), units=units, explicit=explicit)
+        await self._call(self._stub.Admit, request, (key, generation), pb.AdmitReply)
+
+    async def write(
+        self, key: ScopeKey, generation: int, facts: Sequence[Fact], *, expires_in: int | None = None
+    ) -> list[uuid.UUID]:
+        """``Store.write`` at the service: all or none; the entry ids in order."""
+        if self._expiry_ceiling is not None:
+            expires_in = self._expiry_ceiling if expires_in is None else min(expires_in, self._expiry_ceiling)
+        request = pb.WriteRequest(
+            facts=[pb.Fact(text=fact.text, embedding=pb.Vector(values=fact.embedding)) for fact in facts],
+            expires_in=expires_in,
+        )
+        reply = await self._call(self._stub.Write, request, (key, generation), pb.WriteReply)
+        ids = [_uuid(entry) for entry in reply.entry_ids]
+        if len(ids) != len(facts):
+            raise _unavailable("bad_answer")
+        return ids
+
+    async def search(
+        self, key: ScopeKey, generation: int, embedding: Sequence[float], *, top_k: int = 5, min_score: float = 0.0
+    ) -> list[Hit]:
+        """``Store.search`` at the service."""
+        [hits] = await self.search_many(key, generation, [embedding], top_k=top_k, min_score=min_score)
+        return hits
+
+    async def search_many(
+        self,
+        key: ScopeKey,
+        generation: int,
+        embeddings: Sequence[Sequence[float]],
+        *,
+        top_k: int = 5,
+        min_score: float = 0.0,
+    ) -> list[list[Hit]]:
+        """``Store.search_many`` at the service, which fixes the bounds: at most ``wire.SEARCH_TOP_K`` hits each,
+        each scoring at least ``wire.SEARCH_MIN_SCORE``; a stricter ``top_k`` or ``min_score`` narrows them here."""
+        request = pb.SearchRequest(embeddings=[pb.Vector(values=vector) for vector in embeddings])
+        reply = await self._call(self._stub.Search, request, (key, generation), pb.SearchReply)
+        if len(reply.results) != len(embeddings):
+            raise _unavailable("bad_answer")
+        return [[_hit(hit) for hit in result.hits if hit.score >= min_score][:top_k] for result in reply.results]
+
+    async def record_turn(
+        self, key: ScopeKey, generation: int, session_id: str, invocation_id: str, *, recalled: bool
+    ) -> int:
+        """``Store.record_turn`` at the service: how many admitted turns of the session await auto-save."""
+        request = pb.RecordTurnRequest(session_id=session_id, invocation_id=invocation_id, recalled=recalled)
+        reply = await self._call(self._stub.RecordTurn, request, (key, generation), pb.RecordTurnReply)
+        return int(reply.waiting)
+
+    async def collect_turns(
+        self, key: ScopeKey, generation: int, session_id: str, candidates: Sequence[str]
+    ) -> list[Turn]:
+        """``Store.collect_turns`` at the service, for the most recent ``wire.MAX_CANDIDATES`` candidates."""
+        recent = list(candidates)[-wire.MAX_CANDIDATES :]
+        request = pb.CollectTurnsRequest(session_id=session_id, candidates=recent)
+        reply = await self._call(self._stub.CollectTurns, request, (key, generation), pb.CollectTurnsReply)
+        asked = set(recent)
+        turns = [Turn(turn.invocation_id, turn.recalled) for turn in reply.turns]
+        if any(turn.invocation_id not in asked for turn in turns):
+            raise _unavailable("bad_answer")
+        return turns
+
+    # -- one call ---------------------------------------------------------------------------------
+
+    async def _call(self, rpc: Any, request: Any, scope: tuple[ScopeKey, int] | None, answer: type[Any]) -> Any:
+        metadata = [(wire.AUTHORIZATION, f"Bearer {self._bearer()}")]
+        if scope is not None:
+            metadata.append((wire.SCOPE, _presented(*scope)))
+        try:
+            reply = await rpc(request, metadata=metadata, timeout=self._deadline)
+        except grpc.aio.AioRpcError as error:
+            reason = wire.reason_of(error.code(), error.details())
+            if reason is None:
+                code = error.code()
+                raise _unavailable(code.name.lower() if isinstance(code, grpc.StatusCode) else "bad_answer") from None
+            raise GovernedMemoryError(reason) from None
+        except asyncio.CancelledError:
+            raise
+        except Exception:  # a channel or serialization failure: its text is not ours to pass on
+            raise _unavailable("transport") from None
+        if not isinstance(reply, answer):
+            raise _unavailable("bad_answer")
+        return reply
+
+    def _bearer(self) -> str:
+        """The workload identity token, read for each call: the kubelet rotates the file."""
+        try:
+            token = self._token_file.read_text(encoding="ascii").strip()
+        except (OSError, UnicodeDecodeError):
+            token = ""
+        if not token or not token.isprintable():
+            raise _unavailable("identity_token_unreadable")
+        return token
+
+
+def _presented(key: ScopeKey, generation: int) -> str:
+    """The carried scope token, if it is the one for ``key`` and ``generation`` (its claims read unverified: the
+    service verifies); the runtime never acts, through the service, on a scope other than the one it names."""
+    token = _scope_token.get()
+    claims = wire.claims_unverified(token)
+    if token is None or claims is None:
+        raise GovernedMemoryError(Reason.NO_ASSERTION)
+    named = (claims.get("sub"), claims.get("origin"), claims.get("aud"), claims.get("room"), claims.get("gen"))
+    expected = (key.principal.mxid, key.principal.origin.value, str(key.agent), key.room.room_id, generation)
+    if named != expected or isinstance(claims.get("gen"), bool):
+        raise GovernedMemoryError(Reason.SCOPE_MISMATCH)
+    return token
+
+
+def _uuid(value: str) -> uuid.UUID:
+    try:
+        return uuid.UUID(value)
+    except ValueError:
+        raise _unavailable("bad_answer") from None
+
+
+def _hit(hit: pb.Hit) -> Hit:
+    if not hit.HasField("created_at") or not hit.HasField("expires_at"):
+        raise _unavailable("bad_answer")
+    try:
+        created, expires = hit.created_at.ToDatetime(tzinfo=UTC), hit.expires_at.ToDatetime(tzinfo=UTC)
+    except (ValueError, OverflowError):
+        raise _unavailable("bad_answer") from None
+    return Hit(_uuid(hit.entry_id), hit.text, float(hit.score), created, expires)

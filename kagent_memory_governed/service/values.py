@@ -1,0 +1,38 @@
+"""What ``RemoteStore`` returns: the values of ``kagent_memory_governed.store.values`` that the data plane answers,
+field for field (``tests/core/test_data_plane_wire.py`` holds them equal), declared here so that the runtime's
+client loads nothing of the store package (whose ``__init__`` brings in SQLAlchemy)."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+
+class Fact(Protocol):
+    """A fact to write: ``store.NewFact`` is one."""
+
+    @property
+    def text(self) -> str: ...
+
+    @property
+    def embedding(self) -> Sequence[float]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class Hit:
+    entry_id: uuid.UUID
+    text: str
+    score: float
+    created_at: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """A conversation turn admitted under a scope and generation; ``recalled`` if it recalled memory."""
+
+    invocation_id: str
+    recalled: bool
