@@ -1,0 +1,487 @@
+"""The workload identity of a data-plane call (``service/identity.py``), against tokens signed here exactly as the
+kube-apiserver shapes projected service-account tokens, and a real HTTPS server on loopback serving issuer discovery.
+
+What is mimicked, from Kubernetes' source and docs:
+
+- claims (``Claims`` in https://github.com/kubernetes/kubernetes/blob/master/pkg/serviceaccount/claims.go, and the
+  decoded token in https://kubernetes.io/docs/reference/access-authn-authz/service-accounts-admin/#bound-service-account-tokens):
+  ``aud`` a list (the projection's one audience), ``exp``, ``iat``, ``nbf`` (= ``iat``), ``iss``, ``jti`` (a UUID),
+  ``kubernetes.io`` {``namespace``, ``node`` {name, uid}, ``pod`` {name, uid}, ``serviceaccount`` {name, uid}},
+  ``sub`` ``system:serviceaccount:<namespace>:<name>``; ``kubectl create token`` leaves out ``pod``, a token bound
+  to a Secret carries ``secret`` instead, and a legacy Secret token (``LegacyClaims``, pkg/serviceaccount/legacy.go)
+  has ``iss: kubernetes/serviceaccount`` and flat ``kubernetes.io/serviceaccount/...`` claims, no ``exp``;
+- header ``{"alg": "RS256" | "ES256", "kid": <base64url SHA-256 of the key's DER SubjectPublicKeyInfo>}``
+  (``keyIDFromPublicKey``, pkg/serviceaccount/jwt.go), ES256 signatures as JWS r || s;
+- discovery and JWKS as ``openIDConfigJSON`` and ``publicJWKSFromKeys`` render them (pkg/serviceaccount/
+  openidmetadata.go: ``use: sig``, ``alg``, ``kid``), served with ``Cache-Control: public, max-age=3600``
+  (pkg/routes/openidmetadata.go); the JWKS's ``jwks_uri`` names the API server's external address.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import hashlib
+import ipaddress
+import json
+import ssl
+import threading
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, hmac, serialization
+from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
+from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+from cryptography.x509.oid import NameOID
+from freezegun import freeze_time
+from support import free_port
+
+from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.scope import AgentId
+from kagent_memory_governed.service import identity
+from kagent_memory_governed.service.identity import WorkloadIdentity
+
+T0 = datetime.datetime(2026, 11, 2, 9, 0, tzinfo=datetime.UTC)
+ISSUER = "https://kubernetes.default.svc.cluster.local"
+AUDIENCE = "governed-memory"
+OWN_TOKEN = "SENTINEL-own-service-account-token"
+DROP = object()
+
+# -- keys and tokens, as the kube-apiserver makes them ----------------------------------------------------------
+
+
+def b64(raw: bytes) -> str:
+    return base64.urlsafe_b64encode(raw).rstrip(b"=").decode()
+
+
+def _integer(value: int, size: int | None = None) -> str:
+    return b64(value.to_bytes(size or (value.bit_length() + 7) // 8))
+
+
+@dataclass(frozen=True)
+class Key:
+    private: Any
+    alg: str
+
+    @property
+    def kid(self) -> str:
+        der = self.private.public_key().public_bytes(
+            serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+        )
+        return b64(hashlib.sha256(der).digest())
+
+    def jwk(self) -> dict[str, str]:
+        numbers = self.private.public_key().public_numbers()
+        if self.alg == "RS256":
+            return {"use": "sig", "kty": "RSA", "kid": self.kid, "alg": "RS256", "n": _integer(numbers.n), "e": "AQAB"}
+        x, y = _integer(numbers.x, 32), _integer(numbers.y, 32)
+        return {"use": "sig", "kty": "EC", "kid": self.kid, "crv": "P-256", "alg": "ES256", "x": x, "y": y}
+
+    def sign(self, message: bytes) -> bytes:
+        if self.alg == "RS256":
+            return self.private.sign(message, padding.PKCS1v15(), hashes.SHA256())
+        r, s = decode_dss_signature(self.private.sign(message, ec.ECDSA(hashes.SHA256())))
+        return r.to_bytes(32) + s.to_bytes(32)
+
+
+def rsa_key() -> Key:
+    return Key(rsa.generate_private_key(public_exponent=65537, key_size=2048), "RS256")
+
+
+def ec_key() -> Key:
+    return Key(ec.generate_private_key(ec.SECP256R1()), "ES256")
+
+
+def claims(namespace: str = "agents", account: str = "alpha", *, issued: datetime.datetime = T0, **changes: Any):
+    """A projected token's claims for a pod of ``namespace/account``, ``expirationSeconds: 600``."""
+    now = int(issued.timestamp())
+    body: dict[str, Any] = {
+        "aud": [AUDIENCE],
+        "exp": now + 600,
+        "iat": now,
+        "iss": ISSUER,
+        "jti": str(uuid.uuid4()),
+        "kubernetes.io": {
+            "namespace": namespace,
+            "node": {"name": "node-1", "uid": str(uuid.uuid4())},
+            "pod": {"name": f"{account}-6d4cf56db6-x2x9q", "uid": str(uuid.uuid4())},
+            "serviceaccount": {"name": account, "uid": str(uuid.uuid4())},
+        },
+        "nbf": now,
+        "sub": f"system:serviceaccount:{namespace}:{account}",
+    }
+    for name, value in changes.items():
+        body.pop(name) if value is DROP else body.__setitem__(name.replace("__", "."), value)
+    return body
+
+
+def token(key: Key, body: dict[str, Any] | None = None, **header: Any) -> str:
+    head = b64(json.dumps({"alg": key.alg, "kid": key.kid, **header}, separators=(",", ":")).encode())
+    payload = b64(json.dumps(claims() if body is None else body, separators=(",", ":")).encode())
+    return f"{head}.{payload}.{b64(key.sign(f'{head}.{payload}'.encode()))}"
+
+
+def bearer(value: str) -> list[tuple[str, str]]:
+    return [("x-memory-scope", "irrelevant"), ("authorization", f"Bearer {value}")]
+
+
+# -- the API server's issuer discovery, over TLS on loopback ----------------------------------------------------
+
+
+def _name(common: str) -> x509.Name:
+    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
+
+
+def _certificate(subject: str, key: Any, issuer_key: Any, issuer: str, *, ca: bool) -> x509.Certificate:
+    now = datetime.datetime.now(datetime.UTC)  # OpenSSL checks against the real clock, not freezegun's
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(_name(subject))
+        .issuer_name(_name(issuer))
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - datetime.timedelta(days=1))
+        .not_valid_after(now + datetime.timedelta(days=30))
+        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+    )
+    if not ca:
+        san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))])
+        builder = builder.add_extension(san, critical=False)
+    return builder.sign(issuer_key, hashes.SHA256())
+
+
+@dataclass
+class Cluster:
+    url: str
+    ca: Path
+    wrong_ca: Path
+    keys: list[Key] = field(default_factory=list)
+    cache_control: str = "public, max-age=3600"
+    status: int = 200
+    issuer: str = ISSUER
+    jwks_uri: str = "https://203.0.113.10:6443/openid/v1/jwks"  # the external address, as the API server says
+    jwks_body: bytes | None = None
+    seen: list[tuple[str, str | None]] = field(default_factory=list)
+
+    def fetches(self, path: str = "/openid/v1/jwks") -> int:
+        return sum(1 for seen, _ in self.seen if seen == path)
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    directory = tmp_path_factory.mktemp("cluster")
+    ca_key, wrong_key, server_key = (ec.generate_private_key(ec.SECP256R1()) for _ in range(3))
+    ca = _certificate("cluster CA", ca_key, ca_key, "cluster CA", ca=True)
+    (directory / "ca.pem").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    wrong = _certificate("another CA", wrong_key, wrong_key, "another CA", ca=True)
+    (directory / "wrong-ca.pem").write_bytes(wrong.public_bytes(serialization.Encoding.PEM))
+    server = _certificate("kube-apiserver", server_key, ca_key, "cluster CA", ca=False)
+    (directory / "server.pem").write_bytes(server.public_bytes(serialization.Encoding.PEM))
+    pkcs8 = serialization.PrivateFormat.PKCS8
+    plain = serialization.NoEncryption()
+    (directory / "server.key").write_bytes(server_key.private_bytes(serialization.Encoding.PEM, pkcs8, plain))
+    port = free_port()
+    state = Cluster(f"https://127.0.0.1:{port}", directory / "ca.pem", directory / "wrong-ca.pem")
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802 (http.server's name)
+            state.seen.append((self.path, self.headers.get("Authorization")))
+            if self.path == "/.well-known/openid-configuration":
+                algs = sorted({key.alg for key in state.keys})
+                document = {
+                    "issuer": state.issuer,
+                    "jwks_uri": state.jwks_uri,
+                    "response_types_supported": ["id_token"],
+                }
+                body = json.dumps(
+                    {**document, "subject_types_supported": ["public"], "id_token_signing_alg_values_supported": algs}
+                )
+                self._answer(body.encode(), "application/json")
+            elif self.path in ("/openid/v1/jwks", "/keys/elsewhere"):
+                jwks = json.dumps({"keys": [key.jwk() for key in state.keys]}).encode()
+                self._answer(state.jwks_body if state.jwks_body is not None else jwks, "application/jwk-set+json")
+            else:
+                self.send_error(404)
+
+        def _answer(self, body: bytes, content_type: str) -> None:
+            if state.status != 200:
+                self.send_error(state.status)
+                return
+            self.send_response(200)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Cache-Control", state.cache_control)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 (http.server's name)
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Handler)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(directory / "server.pem", directory / "server.key")
+    httpd.socket = context.wrap_socket(httpd.socket, server_side=True)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    yield state
+    httpd.shutdown()
+    httpd.server_close()
+
+
+@dataclass(frozen=True)
+class Keys:
+    rsa: Key
+    ec: Key
+    other_rsa: Key
+
+
+@pytest.fixture(scope="module")
+def keys() -> Keys:
+    return Keys(rsa_key(), ec_key(), rsa_key())
+
+
+@pytest.fixture
+def api(cluster: Cluster, keys: Keys) -> Cluster:
+    cluster.keys, cluster.seen = [keys.rsa, keys.ec], []
+    cluster.cache_control, cluster.status, cluster.issuer, cluster.jwks_body = "public, max-age=3600", 200, ISSUER, None
+    cluster.jwks_uri = "https://203.0.113.10:6443/openid/v1/jwks"
+    return cluster
+
+
+@pytest.fixture
+def own_token(tmp_path: Path) -> Path:
+    path = tmp_path / "token"
+    path.write_text(OWN_TOKEN + "\n")
+    return path
+
+
+@pytest.fixture
+def frozen() -> Iterator[Any]:
+    with freeze_time(T0, real_asyncio=True) as clock:
+        yield clock
+
+
+@pytest.fixture
+async def verifier(api: Cluster, own_token: Path, frozen: Any) -> AsyncIterator[WorkloadIdentity]:
+    verifier = WorkloadIdentity(
+        issuer=ISSUER, audience=AUDIENCE, api_server=api.url, ca_file=api.ca, token_file=own_token
+    )
+    yield verifier
+    await verifier.aclose()
+
+
+async def refused(verifier: WorkloadIdentity, metadata: Any, reason: Reason = Reason.BAD_IDENTITY) -> str:
+    """The cause of the refusal, after checking that the refusal carries nothing of the metadata."""
+    with pytest.raises(GovernedMemoryError) as caught:
+        await verifier.agent(metadata)
+    error = caught.value
+    assert error.reason is reason and str(error) == reason.value and error.__cause__ is None
+    texts = (str(error), repr(error), error.explained(), *map(str, error.args))
+    for _, value in metadata or ():
+        text = value.decode() if isinstance(value, bytes) else value
+        for part in text.removeprefix("Bearer ").split("."):
+            assert len(part) < 8 or not any(part in text for text in texts)
+    assert error.cause is not None
+    if reason is Reason.BAD_IDENTITY:
+        assert error.cause in identity.CAUSES
+    return error.cause
+
+
+# -- accepted --------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kind", ["rsa", "ec"])
+async def test_a_projected_token_names_the_agent_of_its_service_account(
+    verifier: WorkloadIdentity, api: Cluster, keys: Keys, kind: str
+):
+    key = getattr(keys, kind)
+    assert await verifier.agent(bearer(token(key))) == AgentId("agents", "alpha")
+    # discovery, then the JWKS from the API server itself (jwks_uri names another address), with the own token
+    assert api.seen == [
+        ("/.well-known/openid-configuration", f"Bearer {OWN_TOKEN}"),
+        ("/openid/v1/jwks", f"Bearer {OWN_TOKEN}"),
+    ]
+
+
+async def test_a_jwks_uri_on_the_api_server_is_followed(verifier: WorkloadIdentity, api: Cluster, keys: Keys):
+    api.jwks_uri = f"{api.url}/keys/elsewhere"
+    assert await verifier.agent(bearer(token(keys.rsa))) == AgentId("agents", "alpha")
+    assert [path for path, _ in api.seen] == ["/.well-known/openid-configuration", "/keys/elsewhere"]
+
+
+async def test_grpc_metadata_as_a_mapping_or_pairs_is_read_alike(verifier: WorkloadIdentity, keys: Keys):
+    value = token(keys.ec)
+    assert await verifier.agent({"authorization": f"Bearer {value}"}) == AgentId("agents", "alpha")
+    assert await verifier.agent((("Authorization", f"bearer {value}"),)) == AgentId("agents", "alpha")
+
+
+async def test_the_table_maps_a_service_account_to_its_agent(api: Cluster, own_token: Path, keys: Keys, frozen: Any):
+    table = {"agents/memory-sa": "agents/alpha", "agents/beta": "agents/beta"}
+    verifier = WorkloadIdentity(
+        issuer=ISSUER, audience=AUDIENCE, api_server=api.url, ca_file=api.ca, token_file=own_token, agents=table
+    )
+    assert await verifier.agent(bearer(token(keys.rsa, claims(account="memory-sa")))) == AgentId("agents", "alpha")
+    assert await verifier.agent(bearer(token(keys.rsa, claims(account="beta")))) == AgentId("agents", "beta")
+    assert await refused(verifier, bearer(token(keys.rsa, claims(account="alpha")))) == "unknown_agent"
+    await verifier.aclose()
+
+
+async def test_a_token_of_agent_a_never_acts_as_agent_b(api: Cluster, own_token: Path, keys: Keys, frozen: Any):
+    table = [("agents/alpha", "agents/alpha"), ("agents/beta", "agents/beta")]
+    verifier = WorkloadIdentity(
+        issuer=ISSUER, audience=AUDIENCE, api_server=api.url, ca_file=api.ca, token_file=own_token, agents=table
+    )
+    alpha = claims(account="alpha")
+    assert await verifier.agent(bearer(token(keys.rsa, alpha))) == AgentId("agents", "alpha")
+    # A's pod claiming B's name in sub, or B's service account in kubernetes.io, breaks the signature or the match
+    assert await refused(verifier, bearer(token(keys.rsa, {**alpha, "sub": "system:serviceaccount:agents:beta"}))) == (
+        "subject"
+    )
+    head, payload, signature = token(keys.rsa, alpha).split(".")
+    forged = b64(json.dumps({**alpha, "sub": "system:serviceaccount:agents:beta"}).encode())
+    assert await refused(verifier, bearer(f"{head}.{forged}.{signature}")) == "signature"
+    # a token meant for agent B as its audience (or for B and the service both) is no token of the service's
+    for audience in (["agents/beta"], [AUDIENCE, "agents/beta"]):
+        assert await refused(verifier, bearer(token(keys.rsa, claims(account="alpha", aud=audience)))) == "audience"
+    await verifier.aclose()
+
+
+async def test_within_the_leeway_a_token_is_still_accepted(verifier: WorkloadIdentity, keys: Keys, frozen: Any):
+    early = token(keys.rsa, claims(issued=T0 + datetime.timedelta(seconds=20)))
+    assert await verifier.agent(bearer(early)) == AgentId("agents", "alpha")
+    old = claims(issued=T0 - datetime.timedelta(seconds=620))  # expired 20 s ago
+    assert await verifier.agent(bearer(token(keys.ec, old))) == AgentId("agents", "alpha")
+    frozen.tick(10)
+    assert await refused(verifier, bearer(token(keys.ec, old))) == "expired"  # cached until exp + leeway only
+
+
+# -- refused ---------------------------------------------------------------------------------------------------
+
+
+def _hs256(keys: Keys) -> str:
+    """The classic confusion: HMAC keyed with the RSA public key's PEM, as a verifier trusting ``alg`` would."""
+    secret = keys.rsa.private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    head = b64(json.dumps({"alg": "HS256", "kid": keys.rsa.kid}).encode())
+    payload = b64(json.dumps(claims()).encode())
+    mac = hmac.HMAC(secret, hashes.SHA256())
+    mac.update(f"{head}.{payload}".encode())
+    return f"{head}.{payload}.{b64(mac.finalize())}"
+
+
+def _unsigned(header: dict[str, Any], body: dict[str, Any]) -> str:
+    return f"{b64(json.dumps(header).encode())}.{b64(json.dumps(body).encode())}."
+
+
+LEGACY = {  # LegacyClaims: what a ServiceAccount token Secret held before 1.24
+    "iss": "kubernetes/serviceaccount",
+    "kubernetes.io/serviceaccount/namespace": "agents",
+    "kubernetes.io/serviceaccount/secret.name": "alpha-token-x2x9q",
+    "kubernetes.io/serviceaccount/service-account.name": "alpha",
+    "kubernetes.io/serviceaccount/service-account.uid": "0b0c2c4e-8f7b-4b5e-9a53-2b0b7a9d1d11",
+    "sub": "system:serviceaccount:agents:alpha",
+}
+UNBOUND = claims()["kubernetes.io"] | {"pod": DROP}
+
+
+def _kube(**changes: Any) -> dict[str, Any]:
+    body = claims()
+    body["kubernetes.io"] = {k: v for k, v in {**body["kubernetes.io"], **changes}.items() if v is not DROP}
+    return body
+
+
+REFUSALS: dict[str, Any] = {
+    "no metadata": (lambda k: None, "missing"),
+    "no authorization": (lambda k: [("x-memory-scope", "x")], "missing"),
+    "not bearer": (lambda k: [("authorization", f"Basic {token(k.rsa)}")], "malformed"),
+    "bearer of nothing": (lambda k: [("authorization", "Bearer ")], "malformed"),
+    "two authorizations": (lambda k: bearer(token(k.rsa)) + bearer(token(k.rsa)), "malformed"),
+    "binary value": (lambda k: [("authorization", token(k.rsa).encode())], "malformed"),
+    "not three parts": (lambda k: bearer(token(k.rsa) + ".x"), "malformed"),
+    "padded base64": (lambda k: bearer(token(k.rsa).replace(".", "=.", 1)), "malformed"),
+    "too long": (lambda k: bearer(token(k.rsa, claims(pad="x" * 9000))), "malformed"),
+    "jku in the header": (lambda k: bearer(token(k.rsa, jku="https://attacker.example/jwks")), "malformed"),
+    "no kid": (lambda k: bearer(_unsigned({"alg": "RS256"}, claims())), "malformed"),
+    "claims twice": (lambda k: bearer(_duplicate(k)), "malformed"),
+    "claims not json": (lambda k: bearer(_signed(k.rsa, b"not json")), "malformed"),
+    "exp not a number": (lambda k: bearer(token(k.rsa, claims(exp="never"))), "malformed"),
+    "alg none": (lambda k: bearer(_unsigned({"alg": "none", "kid": k.rsa.kid}, claims())), "algorithm"),
+    "hs256 with the public key": (lambda k: bearer(_hs256(k)), "algorithm"),
+    "es384": (lambda k: bearer(_unsigned({"alg": "ES384", "kid": k.ec.kid}, claims()) + "AAAA"), "algorithm"),
+    "a kid not in the jwks": (lambda k: bearer(token(k.other_rsa)), "unknown_key"),
+    "es256 naming an rsa key": (lambda k: bearer(token(k.ec, kid=k.rsa.kid)), "key_mismatch"),
+    "rs256 naming an ec key": (lambda k: bearer(token(k.rsa, kid=k.ec.kid)), "key_mismatch"),
+    "another key under a known kid": (lambda k: bearer(token(k.other_rsa, kid=k.rsa.kid)), "signature"),
+    "tampered claims": (lambda k: bearer(_tampered(k.ec)), "signature"),
+    "another issuer": (lambda k: bearer(token(k.rsa, claims(iss="https://other.cluster"))), "issuer"),
+    "legacy secret token": (lambda k: bearer(token(k.rsa, LEGACY)), "issuer"),
+    "kagent's own token": (lambda k: bearer(token(k.rsa, claims(aud=["kagent"]))), "audience"),
+    "the api server's audience": (lambda k: bearer(token(k.rsa, claims(aud=[ISSUER]))), "audience"),
+    "two audiences": (lambda k: bearer(token(k.rsa, claims(aud=[AUDIENCE, "kagent"]))), "audience"),
+    "an audience prefix": (lambda k: bearer(token(k.rsa, claims(aud=[AUDIENCE + "-x"]))), "audience"),
+    "no audience": (lambda k: bearer(token(k.rsa, claims(aud=DROP))), "audience"),
+    "legacy claims, our iss and aud": (
+        lambda k: bearer(token(k.rsa, {**LEGACY, **_now(), "iss": ISSUER})),
+        "not_a_pod",
+    ),
+    "kubectl create token": (lambda k: bearer(token(k.rsa, _kube(pod=DROP))), "not_a_pod"),
+    "bound to a secret": (
+        lambda k: bearer(token(k.rsa, _kube(pod=DROP, secret={"name": "s", "uid": "u"}))),
+        "not_a_pod",
+    ),
+    "a pod without uid": (lambda k: bearer(token(k.rsa, _kube(pod={"name": "alpha-1"}))), "not_a_pod"),
+    "expired": (lambda k: bearer(token(k.rsa, claims(issued=T0 - datetime.timedelta(seconds=631)))), "expired"),
+    "issued later": (
+        lambda k: bearer(token(k.rsa, claims(issued=T0 + datetime.timedelta(seconds=31)))),
+        "not_yet_valid",
+    ),
+    "nbf later": (lambda k: bearer(token(k.rsa, claims(nbf=int(T0.timestamp()) + 60))), "not_yet_valid"),
+    "an hour's token": (lambda k: bearer(token(k.rsa, claims(exp=int(T0.timestamp()) + 3600))), "lifetime"),
+    "sub of another account": (
+        lambda k: bearer(token(k.rsa, claims(sub="system:serviceaccount:agents:beta"))),
+        "subject",
+    ),
+    "sub of another namespace": (lambda k: bearer(token(k.rsa, _kube(namespace="other"))), "subject"),
+    "a user's sub": (lambda k: bearer(token(k.rsa, claims(sub="alice"))), "subject"),
+    "no service account name": (lambda k: bearer(token(k.rsa, _kube(serviceaccount={"uid": "u"}))), "subject"),
+    "not an agent's name": (lambda k: bearer(token(k.rsa, claims("Agents"))), "unknown_agent"),
+}
+
+
+def _now() -> dict[str, int]:
+    now = int(T0.timestamp())
+    return {"aud": [AUDIENCE], "iat": now, "nbf": now, "exp": now + 600}
+
+
+def _signed(key: Key, payload: bytes) -> str:
+    head, body = b64(json.dumps({"alg": key.alg, "kid": key.kid}).encode()), b64(payload)
+    return f"{head}.{body}.{b64(key.sign(f'{head}.{body}'.encode()))}"
+
+
+def _duplicate(keys: Keys) -> str:
+    text = json.dumps(claims())
+    return _signed(keys.rsa, text.replace('"iss":', f'"iss": "{ISSUER}", "iss":', 1).encode())
+
+
+def _tampered(key: Key) -> str:
+    head, _, signature = token(key).split(".")
+    return f"{head}.{b64(json.dumps(claims(account='beta')).encode())}.{signature}"
+
+
+@pytest.mark.parametrize("case", sorted(REFUSALS))
+async def test_a_token_the_service_does_not_accept_is_refused_with_its_cause(
+    verifier: WorkloadIdentity, keys: Keys, case: str
+):
+    make, cause = REFUSALS[case]
+    assert await refused(verifier, make(keys)) == cause
+
+
+def test_every_cause_is_proved_by_a_refusal():
+    assert {cause for _, cause in REFUSALS.values()} == identity.CAUSES
