@@ -19,11 +19,13 @@ What is mimicked, from Kubernetes' source and docs:
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime
 import hashlib
 import ipaddress
 import json
+import logging
 import ssl
 import threading
 import uuid
@@ -42,7 +44,7 @@ from cryptography.x509.oid import NameOID
 from freezegun import freeze_time
 from support import free_port
 
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId
 from kagent_memory_governed.service import identity
 from kagent_memory_governed.service.identity import WorkloadIdentity
@@ -485,3 +487,210 @@ async def test_a_token_the_service_does_not_accept_is_refused_with_its_cause(
 
 def test_every_cause_is_proved_by_a_refusal():
     assert {cause for _, cause in REFUSALS.values()} == identity.CAUSES
+
+
+# -- configuration ---------------------------------------------------------------------------------------------
+
+
+def _configured(api: Cluster, own_token: Path, **changes: Any) -> WorkloadIdentity:
+    settings: dict[str, Any] = {
+        "issuer": ISSUER,
+        "audience": AUDIENCE,
+        "api_server": api.url,
+        "ca_file": api.ca,
+        "token_file": own_token,
+    }
+    return WorkloadIdentity(**(settings | changes))
+
+
+@pytest.mark.parametrize(
+    ("table", "says"),
+    [
+        ({"agents/shared": "agents/alpha"}, None),
+        ([("agents/shared", "agents/alpha"), ("agents/shared", "agents/beta")], "two agents share"),
+        ([("agents/shared", "agents/alpha"), ("agents/shared", "agents/alpha")], None),  # the same entry twice
+        ({"agents/alpha": "other/alpha"}, "another namespace"),
+        ({"agents/alpha": "alpha"}, "<namespace>/<agent>"),
+        ({"agents:alpha": "agents/alpha"}, "<namespace>/<agent>"),
+    ],
+)
+def test_a_service_account_two_agents_share_is_a_configuration_error(
+    api: Cluster, own_token: Path, table: Any, says: str | None
+):
+    if says is None:
+        _configured(api, own_token, agents=table)
+        return
+    with pytest.raises(ConfigurationError) as caught:
+        _configured(api, own_token, agents=table)
+    assert says in str(caught.value) and "KAGENT_GOVERNED_MEMORY_IDENTITY_AGENTS" in str(caught.value)
+    assert "agents/" not in str(caught.value) and "alpha" not in str(caught.value)  # the setting, never an entry
+    if says == "two agents share":
+        assert caught.value.code == "shared_service_account"
+
+
+@pytest.mark.parametrize(
+    "changes",
+    [
+        {"issuer": ""},
+        {"audience": ""},
+        {"api_server": "http://127.0.0.1:6443"},
+        {"api_server": "https://user:pass@127.0.0.1:6443"},
+        {"ca_file": Path("/nonexistent/ca.crt")},
+    ],
+)
+def test_settings_it_cannot_use_are_refused_at_construction(api: Cluster, own_token: Path, changes: dict[str, Any]):
+    with pytest.raises(ConfigurationError) as caught:
+        _configured(api, own_token, **changes)
+    assert "KAGENT_GOVERNED_MEMORY_IDENTITY_" in str(caught.value) and "pass" not in str(caught.value)
+
+
+# -- the cluster's keys ----------------------------------------------------------------------------------------
+
+
+async def test_keys_that_cannot_be_had_are_identity_unavailable(
+    api: Cluster, own_token: Path, keys: Keys, frozen: Any, tmp_path: Path
+):
+    value = bearer(token(keys.rsa))
+    cases: list[tuple[dict[str, Any], dict[str, Any], str]] = [
+        ({"status": 503}, {}, "discovery_http_503"),
+        ({"status": 403}, {}, "discovery_http_403"),
+        ({"issuer": "https://another.issuer"}, {}, "discovery_issuer"),
+        ({"jwks_body": b"<html>not json</html>"}, {}, "jwks_malformed"),
+        ({"jwks_body": b'{"keys": {}}'}, {}, "jwks_malformed"),
+        ({"jwks_body": json.dumps({"keys": [keys.rsa.jwk(), keys.rsa.jwk()]}).encode()}, {}, "jwks_malformed"),
+        ({"jwks_body": b" " * (identity.MAX_DOCUMENT_BYTES + 1)}, {}, "jwks_too_large"),
+        ({}, {"ca_file": api.wrong_ca}, "discovery_tls_untrusted_certificate"),
+        ({}, {"api_server": f"https://127.0.0.1:{free_port()}"}, "discovery_unreachable"),
+        ({}, {"token_file": tmp_path / "absent"}, "own_token_unreadable"),
+    ]
+    for state, settings, cause in cases:
+        for name, setting in state.items():
+            setattr(api, name, setting)
+        verifier = _configured(api, own_token, **settings)
+        assert await refused(verifier, value, Reason.IDENTITY_UNAVAILABLE) == cause, cause
+        await verifier.aclose()
+        api.status, api.issuer, api.jwks_body = 200, ISSUER, None
+
+
+async def test_a_failed_fetch_is_retried_after_a_few_seconds_not_on_every_call(
+    verifier: WorkloadIdentity, api: Cluster, keys: Keys, frozen: Any
+):
+    api.status = 503
+    value = bearer(token(keys.rsa))
+    for _ in range(5):
+        assert await refused(verifier, value, Reason.IDENTITY_UNAVAILABLE) == "discovery_http_503"
+    assert api.fetches("/.well-known/openid-configuration") == 1
+    api.status = 200
+    frozen.tick(identity.RETRY_SECONDS)
+    assert await verifier.agent(value) == AgentId("agents", "alpha")
+    assert api.fetches("/.well-known/openid-configuration") == 2
+
+
+async def test_a_new_kid_served_later_is_picked_up_at_most_once_a_minute(
+    verifier: WorkloadIdentity, api: Cluster, keys: Keys, frozen: Any
+):
+    assert await verifier.agent(bearer(token(keys.rsa))) == AgentId("agents", "alpha")
+    api.keys = [keys.rsa, keys.ec, keys.other_rsa]  # the API server rotates in a new key
+    for second in range(0, 60, 6):
+        frozen.move_to(T0 + datetime.timedelta(seconds=second))
+        rotated = token(keys.other_rsa, claims(issued=T0 + datetime.timedelta(seconds=second)))
+        assert await refused(verifier, bearer(rotated)) == "unknown_key"
+        unknown = token(rsa_key() if second == 0 else keys.other_rsa, kid=f"unknown-{second}")
+        assert await refused(verifier, bearer(unknown)) == "unknown_key"
+    assert api.fetches() == 1  # twenty tokens of unknown kids in a minute, no fetch
+    frozen.move_to(T0 + datetime.timedelta(seconds=identity.REFETCH_SECONDS))
+    rotated = token(keys.other_rsa, claims(issued=T0 + datetime.timedelta(seconds=60)))
+    assert await verifier.agent(bearer(rotated)) == AgentId("agents", "alpha")
+    assert api.fetches() == 2
+    assert await refused(verifier, bearer(token(keys.other_rsa, kid="still-unknown"))) == "unknown_key"
+    assert api.fetches() == 2
+
+
+@pytest.mark.parametrize(
+    ("cache_control", "kept"),
+    [("public, max-age=3600", 3600), ("public, max-age=120", 120), ("max-age=86400", 3600), ("no-cache", 60), ("", 60)],
+)
+async def test_the_keys_are_kept_for_their_max_age_within_bounds(
+    verifier: WorkloadIdentity, api: Cluster, keys: Keys, frozen: Any, cache_control: str, kept: int
+):
+    api.cache_control = cache_control
+    assert await verifier.agent(bearer(token(keys.rsa))) == AgentId("agents", "alpha")
+    api.keys = [keys.ec]  # the RSA key retired
+    frozen.move_to(T0 + datetime.timedelta(seconds=kept - 1))
+    later = T0 + datetime.timedelta(seconds=kept - 1)
+    assert await verifier.agent(bearer(token(keys.rsa, claims(issued=later)))) == AgentId("agents", "alpha")
+    assert api.fetches() == 1
+    frozen.move_to(T0 + datetime.timedelta(seconds=kept))
+    later = T0 + datetime.timedelta(seconds=kept)
+    assert await refused(verifier, bearer(token(keys.rsa, claims(issued=later)))) == "unknown_key"
+    assert await verifier.agent(bearer(token(keys.ec, claims(issued=later)))) == AgentId("agents", "alpha")
+    assert api.fetches() == 2
+
+
+async def test_concurrent_calls_share_one_fetch(verifier: WorkloadIdentity, api: Cluster, keys: Keys):
+    tokens = [bearer(token(keys.rsa if n % 2 else keys.ec)) for n in range(20)]
+    agents = await asyncio.gather(*(verifier.agent(value) for value in tokens))
+    assert set(agents) == {AgentId("agents", "alpha")}
+    assert api.fetches("/.well-known/openid-configuration") == 1 and api.fetches() == 1
+
+
+# -- the verified tokens ---------------------------------------------------------------------------------------
+
+
+async def test_a_verified_token_is_remembered_until_its_exp_and_no_longer(
+    verifier: WorkloadIdentity, api: Cluster, keys: Keys, frozen: Any
+):
+    api.cache_control = "public, max-age=120"
+    value = bearer(token(keys.rsa))
+    assert await verifier.agent(value) == AgentId("agents", "alpha")
+    api.status = 503  # the API server down and the keys stale: a remembered token needs neither
+    frozen.move_to(T0 + datetime.timedelta(seconds=600 + identity.LEEWAY_SECONDS - 1))
+    assert await verifier.agent(value) == AgentId("agents", "alpha")
+    other = token(keys.rsa, claims(issued=T0 + datetime.timedelta(seconds=600)))
+    assert await refused(verifier, bearer(other), Reason.IDENTITY_UNAVAILABLE) == "discovery_http_503"
+    api.status = 200
+    frozen.move_to(T0 + datetime.timedelta(seconds=600 + identity.LEEWAY_SECONDS + identity.RETRY_SECONDS))
+    assert await refused(verifier, value) == "expired"  # forgotten, and verified again
+
+
+async def test_the_remembered_tokens_are_bounded(
+    verifier: WorkloadIdentity, keys: Keys, monkeypatch: pytest.MonkeyPatch
+):
+    monkeypatch.setattr(identity, "CACHED_TOKENS", 3)
+    values = [bearer(token(keys.ec)) for _ in range(5)]
+    for value in values:
+        assert await verifier.agent(value) == AgentId("agents", "alpha")
+    assert len(verifier._verified) == 3  # the two oldest forgotten
+    for value in values:  # and verified again when they come back
+        assert await verifier.agent(value) == AgentId("agents", "alpha")
+
+
+# -- nothing of a token in the logs ----------------------------------------------------------------------------
+
+
+async def test_no_token_or_claim_reaches_a_log_line(
+    api: Cluster, own_token: Path, keys: Keys, frozen: Any, caplog: pytest.LogCaptureFixture
+):
+    body = claims()
+    secrets = [OWN_TOKEN, body["jti"], body["kubernetes.io"]["pod"]["name"], body["kubernetes.io"]["pod"]["uid"]]
+    value = token(keys.rsa, body)
+    secrets += value.split(".")
+    with caplog.at_level(logging.DEBUG):
+        api.status = 503
+        frozen.move_to(T0 - datetime.timedelta(seconds=identity.RETRY_SECONDS))
+        verifier = _configured(api, own_token)
+        await refused(verifier, bearer(value), Reason.IDENTITY_UNAVAILABLE)
+        api.status = 200
+        frozen.move_to(T0)
+        assert await verifier.agent(bearer(value)) == AgentId("agents", "alpha")
+        for make, _ in REFUSALS.values():
+            metadata = make(keys)
+            with pytest.raises(GovernedMemoryError):
+                await verifier.agent(metadata)
+            secrets += [v.decode() if isinstance(v, bytes) else v for _, v in metadata or ()]
+        await verifier.aclose()
+    lines = [record.getMessage() for record in caplog.records]
+    assert any("cannot be had (discovery_http_503)" in line for line in lines)
+    for secret in secrets:
+        for part in secret.removeprefix("Bearer ").split("."):
+            assert len(part) < 8 or not any(part in line for line in lines), part[:12]
