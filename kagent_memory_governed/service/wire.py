@@ -13,7 +13,6 @@ from ipaddress import ip_address
 
 import grpc
 
-from kagent_memory_governed.assertion import MAX_TOKEN_BYTES
 from kagent_memory_governed.errors import Reason
 
 SCOPE = "x-memory-scope"  # the bridge-signed JWS, exactly as the runtime received it in ``X-Memory-Scope``
@@ -21,6 +20,7 @@ AUTHORIZATION = "authorization"  # ``Bearer <workload identity token>``: which a
 MAX_MESSAGE_BYTES = 1 << 20  # a write of 100 facts of 512 bytes with 768-d vectors is about 360 KiB
 SEARCH_TOP_K = 5  # hits per embedding, fixed by the service (ADR 0001)
 SEARCH_MIN_SCORE = 0.3
+MAX_TOKEN_CHARS = 4096  # assertion.MAX_TOKEN_BYTES (not imported: assertion reaches the store package)
 MAX_ID_CHARS = 256  # a session or invocation id
 MAX_CANDIDATES = 4096  # invocation ids a collection names; the client sends the most recent
 DEFAULT_DEADLINE_SECONDS = 5.0  # the client's, per call
@@ -99,7 +99,7 @@ def claims_unverified(token: object) -> dict[str, object] | None:
     """The claims a compact JWS carries, read without verifying anything (``None`` if it carries none). Only for
     what verification then checks (the service: the subject to hold ``sub`` to) or what merely avoids a wrong call
     (the client: the token is the one for the scope it was asked about)."""
-    if not isinstance(token, str) or len(token) > MAX_TOKEN_BYTES or token.count(".") != 2:
+    if not isinstance(token, str) or len(token) > MAX_TOKEN_CHARS or token.count(".") != 2:
         return None
     payload = token.split(".")[1]
     try:
