@@ -229,7 +229,11 @@ class Bounds:
 # set by ``Database.call`` only: the statement it runs is fetched within the bound of a lone statement
 LONE_STATEMENT: ContextVar[bool] = ContextVar("lone_statement", default=False)
 
-COMMAND_TIMEOUT = 30  # seconds: the driver's last resort for a statement no other bound covers (a migration's)
+COMMAND_TIMEOUT = 30  # seconds: the driver's last resort for a statement no other bound covers
+# set by the migration session only: its statements (a ``VACUUM FULL`` of every entry) take what the table needs,
+# within a last resort of hours rather than the driver's 30 s
+MIGRATION: ContextVar[bool] = ContextVar("migration", default=False)
+MIGRATION_TIMEOUT = 6 * 3600.0
 
 
 class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg ships no type hints
@@ -266,7 +270,8 @@ class BoundedStatement:
         return getattr(self._statement, name)
 
     async def fetch(self, *args: Any) -> Any:
-        return await self._statement.fetch(*args, timeout=self._bound if LONE_STATEMENT.get() else None)
+        timeout = self._bound if LONE_STATEMENT.get() else (MIGRATION_TIMEOUT if MIGRATION.get() else None)
+        return await self._statement.fetch(*args, timeout=timeout)
 
 
 def tls_cause(error: BaseException) -> str | None:

@@ -21,6 +21,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Reason, Result
 from kagent_memory_governed.keys import EntryKey
 from kagent_memory_governed.schema import SCHEMA, entries, ledger, scopes
 from kagent_memory_governed.store import binding
+from kagent_memory_governed.store.connection import MIGRATION
 from kagent_memory_governed.store.database import _DATABASE_ERRORS, Database, cause_of, record
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
@@ -186,7 +187,9 @@ async def _served(conn: AsyncConnection) -> tuple[int, int]:
 async def _migration_session(db: Database) -> AsyncIterator[AsyncConnection]:
     """A connection of its own holding the migration lock for its session: autocommit (``VACUUM`` runs in no
     transaction block), with no statement or lock timeout (a rewrite takes what the table needs; another
-    replica's is waited for). Discarded afterwards, so neither the lock nor the settings outlive it."""
+    replica's is waited for) and the driver's bound lifted to ``MIGRATION_TIMEOUT``. Discarded afterwards, so
+    neither the lock nor the settings outlive it."""
+    unbounded = MIGRATION.set(True)
     try:
         async with db.engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
@@ -201,6 +204,8 @@ async def _migration_session(db: Database) -> AsyncIterator[AsyncConnection]:
         raise
     except _DATABASE_ERRORS as error:
         raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
+    finally:
+        MIGRATION.reset(unbounded)
 
 
 async def _rewrite_due(conn: AsyncConnection) -> bool:

@@ -138,3 +138,25 @@ async def test_migrate_seals_entries_an_earlier_version_stored_in_plain_text(fre
     finally:
         await sql.close()
         await store.close()
+
+
+async def test_the_migration_session_lifts_the_drivers_last_resort_bound_and_nothing_else_does(
+    database_url: str, store: Store, monkeypatch: pytest.MonkeyPatch
+):
+    """A migration's rewrite (``VACUUM FULL`` of every entry) takes what the table needs: the driver's last resort
+    for a statement (30 s; here 0.2 s) bounds every other statement, never one of the migration session."""
+    from sqlalchemy import text
+
+    from kagent_memory_governed.store import database, schema_admin
+
+    monkeypatch.setattr(database, "COMMAND_TIMEOUT", 0.2)
+    short = Store.connect(database_url, Policy(), keys=store.key_store)
+    try:
+        db = short._db
+        async with schema_admin._migration_session(db) as conn:
+            assert await conn.scalar(text("SELECT 1 FROM pg_sleep(0.5)")) == 1  # past the driver's bound: answered
+        with pytest.raises(TimeoutError):  # the driver's bound, outside the session
+            async with db.engine.connect() as conn:
+                await conn.scalar(text("SELECT pg_sleep(0.5)"))
+    finally:
+        await short.close()
