@@ -22,8 +22,9 @@ import pytest
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.keys import LocalKeyStore
+from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
-from kagent_memory_governed.store import NewFact
+from kagent_memory_governed.store import NewFact, Store
 from kagent_memory_governed.testing import CARD, CONFIG, HOMESERVER, ISSUER, Bridge, embed
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
@@ -82,6 +83,15 @@ def _database_of(url: str) -> str:
 def keys_of(url: str) -> LocalKeyStore:
     """``key_store_of(url)``'s key store, for ``Store.connect(url, ..., keys=keys_of(url))``."""
     return LocalKeyStore(key_store_of(url))
+
+
+async def migrate(url: str) -> None:
+    """Migrate the database at ``url`` to head, with its own key store."""
+    store = Store.connect(url, Policy(), keys=keys_of(url))
+    try:
+        await store.migrate()
+    finally:
+        await store.close()
 
 
 def make_key(

