@@ -65,8 +65,14 @@ async def refuse_behind(db: Database, sid: uuid.UUID, fence: Fence, operation: s
 
 
 async def bring_forward(db: Database, sid: uuid.UUID, fence: Fence) -> bool:
-    """If the database holds the scope at a generation below ``fence``'s, advance it (disabled if the erasure
-    left it so) and delete the rows whose keys are gone; returns whether it did."""
+    """If the database holds the scope at a generation below ``fence``'s, delete the rows whose keys are gone, then
+    advance it (disabled if the erasure left it so); returns whether it did. The rows first: deleting a keyless row
+    is safe whatever follows, and a failure before the advance leaves the scope behind, to be brought forward by the
+    next check. A scope at or past ``fence`` costs one read."""
+    held = await db.call(select(scopes.c.generation).where(scopes.c.scope_id == sid))
+    if not held or held[0].generation >= fence.generation:
+        return False
+    await _delete_keyless(db, sid)
     now = clock.now()
     enabled = literal(not fence.withdrawn)
     async with db.transaction() as conn:
@@ -81,13 +87,12 @@ async def bring_forward(db: Database, sid: uuid.UUID, fence: Fence) -> bool:
             )
             .returning(scopes.c.generation)
         )
-        if moved is None:
+        if moved is None:  # another replica brought it forward meanwhile
             return False
         await record(
             conn, Operation.RECONCILE, Result.OK, scope_id=sid, generation=moved, at=now, cause="store_regressed"
         )
     logger.warning("store regressed: a scope was behind the key store's last erasure and was brought forward")
-    await _delete_keyless(db, sid)
     return True
 
 

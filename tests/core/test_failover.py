@@ -310,3 +310,24 @@ async def test_a_scope_the_database_lost_whole_is_granted_again_above_the_key_st
     assert again == withdrawn + 1
     await store.admit(key, again, "prefetch", units=1)
     assert await _state(sql, key) == (True, again)
+
+
+async def test_a_scope_is_brought_forward_only_once_its_keyless_rows_are_gone(
+    store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
+):
+    """The rows first, then the advance: with a key store that cannot answer, nothing moves (the next check
+    brings the scope forward); once it answers, rows whose keys it holds stay."""
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    [kept] = await store.write(key, generation, facts("likes green tea"))
+    ahead = Fence(generation + 3, withdrawn=False)  # as if the key store saw erasures this database lost
+    replica = Store.connect(database_url, Policy(), keys=_Unanswering(store.key_store))  # type: ignore[arg-type]
+    try:
+        with pytest.raises(GovernedMemoryError) as refused:
+            await reconcile.bring_forward(replica._db, key.scope_id, ahead)
+        assert refused.value.reason is Reason.KEY_UNAVAILABLE
+    finally:
+        await replica.close()
+    assert await _state(sql, key) == (True, generation)
+    assert await reconcile.bring_forward(store._db, key.scope_id, ahead)
+    assert await _state(sql, key) == (True, generation + 3)
+    assert await _rows(sql, key) == {kept}
