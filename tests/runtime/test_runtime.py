@@ -250,7 +250,7 @@ async def test_a_prompt_to_ignore_the_rules_cannot_reach_another_scope(
     await consent(store, bridge)
     bob_generation = await consent(store, bridge, sub=BOB)
     key = verify(scope(bridge, sub=BOB, gen=bob_generation), bridge.trust(), now=now(), user_id=BOB).key
-    await store.write(key, bob_generation, facts("bob's door code is 4711"))
+    await store.write(key, bob_generation, facts("bob's door code is SENTINEL-DOOR-4711"))
 
     def hostile(text: str) -> list[tuple[str, dict]]:
         return [
@@ -265,9 +265,9 @@ async def test_a_prompt_to_ignore_the_rules_cannot_reach_another_scope(
         user=ALICE,
         scope=scope(bridge),
     )
-    assert "4711" not in reply_text(answer)
+    assert "SENTINEL-DOOR" not in reply_text(answer)  # a timestamp's digits may hold 4711
     assert await entries(store, bridge) == ["everyone's secret"]
-    assert await entries(store, bridge, sub=BOB) == ["bob's door code is 4711"]
+    assert await entries(store, bridge, sub=BOB) == ["bob's door code is SENTINEL-DOOR-4711"]
 
 
 async def test_prefetch_embeds_at_most_eight_bounded_subqueries(
