@@ -1,7 +1,8 @@
 """The ``kagent-memory-governed`` command.
 
 ``static``, ``run`` and ``test`` are upstream ``kagent-adk``'s commands, with the same arguments, run
-with governed memory installed. ``migrate``, ``sweep``, ``doctor`` and ``demo`` are this package's own.
+with governed memory installed. ``migrate``, ``sweep``, ``doctor``, ``demo`` and ``serve`` (the memory service)
+are this package's own.
 Output and errors are content-free: counts, revisions and reason codes.
 """
 
@@ -88,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     commands.add_parser("sweep", help="physically delete expired entries now; prints a count")
     commands.add_parser("demo", help="the governed lifecycle, step by step, on the embedded default")
     commands.add_parser("doctor", help="content-free checks that this environment runs governed memory")
+    commands.add_parser("serve", help="the governed memory service: the store, its data plane and the control API")
     for name in UPSTREAM_COMMANDS:
         commands.add_parser(name, help=f"kagent-adk {name} with governed memory installed", add_help=False)
     args = parser.parse_args(argv)
@@ -95,6 +97,15 @@ def main(argv: list[str] | None = None) -> int:
         from kagent_memory_governed.doctor import main_report
 
         return main_report()
+    if args.command == "serve":
+        from kagent_memory_governed.service.process import EXIT_CONFIG
+        from kagent_memory_governed.service.process import main as serve
+
+        try:
+            return serve(Settings.load())
+        except ConfigurationError as error:
+            print(f"kagent-memory-governed: not serving: {error}", file=sys.stderr)
+            return EXIT_CONFIG
     try:
         settings = Settings()
         if args.command == "demo":

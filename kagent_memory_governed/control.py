@@ -159,8 +159,10 @@ _EVERY_METHOD = ["GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TR
 _CREDENTIALS = Depends(HTTPBearer(auto_error=False, description="A JWS signed by the bridge (docs/bridge.md)"))
 
 
-def router(store: Store, trust: Trust) -> APIRouter:
-    """The ``/memory/v1`` routes of ``contract.CALLS`` over ``store``, trusting tokens signed with ``trust``'s key."""
+def router(store: Store, trust: Trust | Callable[[object], Trust]) -> APIRouter:
+    """The ``/memory/v1`` routes of ``contract.CALLS`` over ``store``, trusting tokens signed with ``trust``'s key:
+    one agent's ``Trust``, or, for a service of several agents, the ``Trust`` of the agent a token names (refusing
+    ``bad_assertion`` for one it does not serve); either way the token is then verified against it in full."""
     errors: dict[int | str, dict[str, Any]] = {
         code: {"model": Refusal} for code in (401, 403, 404, 409, 413, 422, 429, 503)
     }
@@ -173,7 +175,8 @@ def router(store: Store, trust: Trust) -> APIRouter:
             request: Request, credentials: HTTPAuthorizationCredentials | None = _CREDENTIALS
         ) -> Assertion:
             token = credentials.credentials if credentials else None
-            assertion = verify(token, trust, now=clock.now(), purpose=op.purpose, op=op)
+            trusted = trust if isinstance(trust, Trust) else trust(token)
+            assertion = verify(token, trusted, now=clock.now(), purpose=op.purpose, op=op)
             if assertion.entry is not None and str(assertion.entry) != request.path_params.get("entry_id"):
                 raise GovernedMemoryError(Reason.BAD_ASSERTION)  # minted for another entry: refused unspent
             if op.single_use:
@@ -268,7 +271,7 @@ def _endpoint(
     return endpoint
 
 
-def mount(app: FastAPI, store: Store, trust: Trust) -> None:
+def mount(app: FastAPI, store: Store, trust: Trust | Callable[[object], Trust]) -> None:
     """Add the control API to an agent's app (idempotent)."""
     if not getattr(app.state, "governed_memory_control", False):
         app.include_router(router(store, trust))

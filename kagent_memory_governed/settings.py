@@ -78,6 +78,17 @@ class Settings(BaseSettings):
     key_store: str | None = None  # where entry keys live (kagent_memory_governed.keys); unset: <data dir>/keys
     key_store_token: SecretStr | None = None  # an OpenBao token, or @/path to a file an agent keeps renewed
     key_store_ca: Path | None = None  # CA bundle for openbao+https
+    # ``serve``, the memory service (kagent_memory_governed/service/process.py)
+    data_plane_address: str = "0.0.0.0:9443"  # gRPC, for agent runtimes
+    control_address: str = "0.0.0.0:8443"  # /memory/v1 and /memory/ready, for the bridge
+    tls_cert: Path | None = None  # the service's serving certificate chain (PEM); plaintext on loopback only
+    tls_key: Path | None = None
+    identity_issuer: str | None = None  # the API server's --service-account-issuer
+    identity_audience: str = "governed-memory"  # the audience of the agents' projected tokens
+    identity_api_server: str = "https://kubernetes.default.svc"
+    identity_ca: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
+    identity_token: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
+    identity_agents: str | None = None  # <ns>/<service account>=<ns>/<agent>,...; unset: each account is its agent
     kagent_namespace: str | None = Field(default=None, validation_alias="KAGENT_NAMESPACE")
     kagent_name: str | None = Field(default=None, validation_alias="KAGENT_NAME")
 
