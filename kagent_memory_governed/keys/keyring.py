@@ -47,8 +47,11 @@ class EntryKey(NamedTuple):
 Keyring = dict[uuid.UUID, EntryKey]
 
 # Not an entry (entry ids are random, never nil): the slot where a keyring records the last erasure it saw
-# (``Fence``). A slot like any other, so every release reads and writes a keyring holding it; it opens nothing.
+# (``Fence``). A slot like any other, so every release reads and writes a keyring holding it; it opens nothing. Its
+# generation is the largest there is, so no erasure of an earlier release (which knows no such slot) covers it; the
+# erasure's generation is in its key bytes.
 FENCE = uuid.UUID(int=0)
+_RECORD = 2**63 - 1
 
 
 class Fence(NamedTuple):
@@ -62,21 +65,27 @@ class Fence(NamedTuple):
     withdrawn: bool
 
     def slot(self) -> EntryKey:
-        return EntryKey(bytes([self.withdrawn]) + bytes(KEY_BYTES - 1), bytes(TOKEN_BYTES), self.generation)
+        recorded = bytes([self.withdrawn]) + self.generation.to_bytes(8, "big")
+        return EntryKey(recorded + bytes(KEY_BYTES - len(recorded)), bytes(TOKEN_BYTES), _RECORD)
 
 
 def fence_of(keyring: Mapping[uuid.UUID, EntryKey]) -> Fence | None:
     """The last erasure ``keyring`` records, if any."""
     slot = keyring.get(FENCE)
-    return None if slot is None else Fence(slot.generation, bool(slot.key[0]))
+    return None if slot is None else Fence(int.from_bytes(slot.key[1:9], "big"), bool(slot.key[0]))
 
 
 def fenced(keyring: Keyring, fence: Fence | None) -> Keyring:
     """``keyring`` recording ``fence``, unless it records a later erasure already (concurrent erasures of a scope
-    may reach the key store out of order: the record only moves forward)."""
+    may reach the key store out of order: the record only moves forward). Two erasures at one generation (one of
+    them on a database behind the other) record withdrawn if either was: never re-enabled by the record."""
     recorded = fence_of(keyring)
-    if fence is None or (recorded is not None and recorded.generation >= fence.generation):
+    if fence is None or (recorded is not None and recorded.generation > fence.generation):
         return keyring
+    if recorded is not None and recorded.generation == fence.generation:
+        fence = Fence(fence.generation, fence.withdrawn or recorded.withdrawn)
+        if fence == recorded:
+            return keyring
     return keyring | {FENCE: fence.slot()}
 
 

@@ -133,7 +133,8 @@ async def serve(settings: Settings, store: Store) -> None:
         await store.check_ready()  # refused: one line and exit 78 (``main``), nothing served
         key, issuer, homeserver = bridge(settings)
         plane = server.DataPlane(store, identity, public_key=key, issuer=issuer, homeserver=homeserver)
-        grpc_server, _ = server.build(plane, f"{where.data_plane[0]}:{where.data_plane[1]}", tls=tls)
+        host, port = where.data_plane
+        grpc_server, _ = server.build(plane, f"[{host}]:{port}" if ":" in host else f"{host}:{port}", tls=tls)
         app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
         app.add_middleware(redaction.MemoryWorkMiddleware)
         control.mount(app, store, trust)
@@ -151,12 +152,12 @@ async def serve(settings: Settings, store: Store) -> None:
             ssl_keyfile=private_key,
         )
         http = _Server(config)
-        await grpc_server.start()
         _, replication = await store.replication()
-        sys.stderr.write(f"kagent-memory-governed: serving; replication: {replication}\n")
-        sys.stderr.flush()
         try:
-            await http.serve()  # returns on SIGTERM or SIGINT (uvicorn's handlers)
+            await grpc_server.start()
+            sys.stderr.write(f"kagent-memory-governed: serving; replication: {replication}\n")
+            sys.stderr.flush()
+            await http.serve()  # returns on SIGTERM or SIGINT (``_Server``)
         finally:
             await grpc_server.stop(grace=5)
     finally:

@@ -59,7 +59,7 @@ from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.store import admission, connection, data, erasure, grants, maintenance, schema_admin, turns
 from kagent_memory_governed.store.database import Database, create_engine
-from kagent_memory_governed.store.reconcile import caught_up
+from kagent_memory_governed.store.erasure import caught_up
 from kagent_memory_governed.store.replication import replication as read_replication
 from kagent_memory_governed.store.sealing import Keyrings
 from kagent_memory_governed.store.values import (

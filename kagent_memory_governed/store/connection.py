@@ -230,9 +230,8 @@ class Bounds:
 LONE_STATEMENT: ContextVar[bool] = ContextVar("lone_statement", default=False)
 
 COMMAND_TIMEOUT = 30  # seconds: the driver's last resort for a statement no other bound covers
-# set by the migration session only: its statements (a ``VACUUM FULL`` of every entry) take what the table needs,
-# within a last resort of hours rather than the driver's 30 s
-MIGRATION: ContextVar[bool] = ContextVar("migration", default=False)
+# the migration session's connection only (``BoundedConnection.migration``): its statements (a ``VACUUM FULL`` of
+# every entry) take what the table needs, within a last resort of hours rather than the driver's 30 s
 MIGRATION_TIMEOUT = 6 * 3600.0
 
 
@@ -242,6 +241,7 @@ class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg sh
     the connection is closed), a lone statement is fetched within its bound."""
 
     _bounds: Bounds
+    migration = False  # set on the migration session's connection, which is discarded after it
 
     async def execute(self, query: str, *args: Any, **options: Any) -> str:
         if args or not query.startswith("BEGIN"):  # asyncpg's own transaction start is the one rewritten
@@ -253,24 +253,26 @@ class BoundedConnection(asyncpg.Connection):  # type: ignore[misc]  # asyncpg sh
             raise
 
     async def prepare(self, query: str, **options: Any) -> BoundedStatement:
-        return BoundedStatement(await super().prepare(query, **options), self._bounds.lone_statement_seconds)
+        bound = self._bounds.lone_statement_seconds
+        return BoundedStatement(await super().prepare(query, **options), bound, migration=self.migration)
 
 
 class BoundedStatement:
     """An asyncpg prepared statement as SQLAlchemy's adapter uses it; run by ``Database.call``, its rows are fetched
     within the bound of a lone statement (asyncpg's ``timeout``: past it, a cancel request to the server)."""
 
-    __slots__ = ("_statement", "_bound")
+    __slots__ = ("_statement", "_bound", "_migration")
 
-    def __init__(self, statement: Any, bound: float) -> None:
+    def __init__(self, statement: Any, bound: float, *, migration: bool = False) -> None:
         self._statement = statement
         self._bound = bound
+        self._migration = migration
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._statement, name)
 
     async def fetch(self, *args: Any) -> Any:
-        timeout = self._bound if LONE_STATEMENT.get() else (MIGRATION_TIMEOUT if MIGRATION.get() else None)
+        timeout = self._bound if LONE_STATEMENT.get() else (MIGRATION_TIMEOUT if self._migration else None)
         return await self._statement.fetch(*args, timeout=timeout)
 
 

@@ -20,11 +20,11 @@ from sqlalchemy import Row, Select, literal, select, tuple_
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import admit_generation, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
-from kagent_memory_governed.keys import Keyring
+from kagent_memory_governed.keys import Keyring, fence_of
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import live, scope_rows
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store import functions, sealing
+from kagent_memory_governed.store import functions, reconcile, sealing
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, raise_refusal, record, refuse
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
 
@@ -55,6 +55,12 @@ async def write(
     except GovernedMemoryError as failed:
         db.keys.cancel(sid, pending)
         await _record_refusal(db, Operation.WRITE, failed.reason, sid, generation)
+        raise
+    try:  # a write need not follow an admission (the service's data plane): a database behind is caught here
+        await _regressed(db, sid, keyring, generation, Operation.WRITE)
+    except GovernedMemoryError:
+        with suppress(GovernedMemoryError):
+            await db.keys.store.destroy(sid, entries=keys)  # stored above; they open nothing
         raise
     for attempt in range(1, _ATTEMPTS + 1):
         position = {new[fact][1].token: i for i, fact in enumerate(distinct, 1)}
@@ -119,6 +125,8 @@ async def search(
     # unpacked, not by name: a hundred rows' attributes by name cost half a millisecond
     sealed_rows: list[sealing.SealedRow] = [(entry, sealed, at, until) for _, entry, sealed, at, until, _ in rows]
     keyring = await db.keys.ring(sid, generation, needs=[row[0] for row in sealed_rows], task=pending)
+    # a search need not follow an admission (the service's data plane): a database behind is caught here
+    await _regressed(db, sid, keyring, generation, Operation.SEARCH)
     batch = sealing.open_batch(sid, sealed_rows, keyring)
     ranked = sealing.rank(batch, queries, top_k=top_k, max_distance=1.0 - float(min_score))
     return [
@@ -128,6 +136,15 @@ async def search(
         ]
         for hits in ranked
     ]
+
+
+async def _regressed(db: Database, sid: uuid.UUID, keyring: Keyring, generation: int, operation: str) -> None:
+    """Refuse ``store_regressed`` if the keyring records a later erasure than the work's generation and the database
+    was behind it (``reconcile``); a database that has it fences the work in its statement, with its own reason."""
+    fence = fence_of(keyring)
+    if fence is not None and fence.generation > generation:
+        db.keys.drop(sid)
+        await reconcile.refuse_if_regressed(db, sid, fence, operation)
 
 
 @asynccontextmanager

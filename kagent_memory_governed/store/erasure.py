@@ -33,7 +33,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.keys import Fence
 from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
-from kagent_memory_governed.store import functions
+from kagent_memory_governed.store import functions, reconcile
 from kagent_memory_governed.store.database import Database, erasure_state, record, refuse
 from kagent_memory_governed.store.replication import durable
 from kagent_memory_governed.store.values import Erased, Offboarded
@@ -41,6 +41,22 @@ from kagent_memory_governed.store.values import Erased, Offboarded
 T = TypeVar("T")
 logger = logging.getLogger(__name__)
 _UNFINISHED = (Erasure.PENDING.value, Erasure.FAILED.value)
+
+
+async def caught_up(db: Database, sid: uuid.UUID) -> None:
+    """Before a control-plane operation of the scope: bring it forward if its database is behind the key store
+    (``reconcile``), then complete its unfinished erasure, if any. Neither failure is raised here: the operation then
+    refuses, or reports it from the scope's state."""
+    await _forward(db, sid)
+    with suppress(GovernedMemoryError):
+        await finish(db, sid)
+
+
+async def _forward(db: Database, sid: uuid.UUID) -> None:
+    """Bring the scope forward to the key store's record, if its database is behind it; unanswered, the erasure or
+    operation that follows fails closed on its own."""
+    with suppress(GovernedMemoryError):
+        await reconcile.check(db, sid)
 
 
 async def forget(db: Database, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
@@ -59,6 +75,11 @@ async def off(db: Database, key: ScopeKey) -> Erased:
 
 
 async def offboard(db: Database, principal: Principal) -> Offboarded:
+    held = select(scopes.c.scope_id).where(
+        scopes.c.principal == principal.mxid, scopes.c.origin == principal.origin.value
+    )
+    for row in await db.call(held):  # each fenced from the key store's record (``_erase``)
+        await _forward(db, row.scope_id)
     now = clock.now()
     async with db.transaction() as conn:
         fenced = (
@@ -153,6 +174,8 @@ def _fenced_values(now: datetime, *, resume: bool, entry_id: uuid.UUID | None) -
 async def _erase(
     db: Database, sid: uuid.UUID, operation: Operation, *, entry_id: uuid.UUID | None, resume: bool
 ) -> Erased:
+    # from the key store's record: on a database behind it, a forget-all would settle a withdrawn scope enabled
+    await _forward(db, sid)
     now = clock.now()
     fence = (  # ``durable``: its commit waits for a synchronous standby even where the role lowered synchronous_commit
         update(scopes)

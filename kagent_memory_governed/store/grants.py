@@ -27,10 +27,11 @@ async def grant(
         admit_label(policy_version)
         if valid_until is not None and valid_until.tzinfo is None:
             raise GovernedMemoryError(Reason.BAD_INPUT)
-    floor = 0  # a scope the database lost whole (a restore) starts above the key store's last erasure of it
-    with suppress(GovernedMemoryError):  # unanswered: from 0, brought forward (and disabled if so) on next use
+    # a scope the database lost whole (a restore) starts above the key store's last erasure of it; unanswered, the
+    # grant is refused (from 0 it would be brought back down to that erasure, disabled, on its next use)
+    async with db.checking(Operation.GRANT, scope_id=sid):
         recorded = fence_of(await db.keys.store.fetch(sid))
-        floor = recorded.generation if recorded is not None else 0
+    floor = recorded.generation if recorded is not None else 0
     now = clock.now()
     async with db.transaction() as conn:
         await conn.execute(

@@ -13,7 +13,8 @@ it loses nothing). It runs:
 - in admission, when the keyring records a later erasure than the work's generation: the work is refused
   ``store_regressed`` before any model or embedding call;
 - before every control-plane operation of the scope (``check``), so ``status`` and the bridge see the scope as
-  the erasure left it;
+  the erasure left it, and before every erasure, so one that re-enables (``forget-all``) never settles a withdrawn
+  scope enabled on a database behind the key store;
 - in ``sweep``, for every scope (``check_all``).
 A keyring kept from before the erasure never opens what such a database returns: the statement that first
 reaches another server drops every kept keyring (``Keyrings.serving``).
@@ -24,7 +25,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from contextlib import suppress
 
 from sqlalchemy import delete, func, literal, select, update
 
@@ -32,21 +32,10 @@ from kagent_memory_governed import clock
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.keys import Fence, fence_of
 from kagent_memory_governed.schema import entries, scopes
-from kagent_memory_governed.store import erasure
 from kagent_memory_governed.store.database import KEYS_DESTROYED, Database, record
 
 logger = logging.getLogger(__name__)
 _AT_ONCE = 16  # keyrings a sweep asks the key store for at once
-
-
-async def caught_up(db: Database, sid: uuid.UUID) -> None:
-    """Before a control-plane operation of the scope: bring it forward if its database is behind the key store,
-    then complete its unfinished erasure, if any. Neither failure is raised here: the operation then refuses, or
-    reports it from the scope's state."""
-    with suppress(GovernedMemoryError):
-        await check(db, sid)
-    with suppress(GovernedMemoryError):
-        await erasure.finish(db, sid)
 
 
 async def check(db: Database, sid: uuid.UUID) -> bool:
@@ -58,7 +47,18 @@ async def check(db: Database, sid: uuid.UUID) -> bool:
 async def refuse_behind(db: Database, sid: uuid.UUID, fence: Fence, operation: str) -> None:
     """Work admitted under a generation below ``fence``'s: refused ``store_regressed`` once the scope is brought
     forward, if the database was behind it; else the work's generation is merely stale (``consent_stale``)."""
-    reason = Reason.STORE_REGRESSED if await bring_forward(db, sid, fence) else Reason.CONSENT_STALE
+    await refuse_if_regressed(db, sid, fence, operation)
+    await _refuse(db, sid, Reason.CONSENT_STALE, operation)
+
+
+async def refuse_if_regressed(db: Database, sid: uuid.UUID, fence: Fence, operation: str) -> None:
+    """Refuse ``store_regressed`` once the scope is brought forward to ``fence``, if its database was behind it;
+    else return (the statement of the work then fences it, with its own reason)."""
+    if await bring_forward(db, sid, fence):
+        await _refuse(db, sid, Reason.STORE_REGRESSED, operation)
+
+
+async def _refuse(db: Database, sid: uuid.UUID, reason: Reason, operation: str) -> None:
     async with db.transaction() as conn:
         await record(conn, operation, Result.REFUSED, reason=reason, scope_id=sid)
     raise GovernedMemoryError(reason)
@@ -135,12 +135,12 @@ async def check_all(db: Database, *, batch: int) -> tuple[int, bool]:
                     failed = True
                     continue
                 fence = fence_of(keyring)
-                if (
-                    fence is not None
-                    and fence.generation > row.generation
-                    and await bring_forward(db, row.scope_id, fence)
-                ):
-                    brought += 1
+                if fence is None or fence.generation <= row.generation:
+                    continue
+                try:
+                    brought += await bring_forward(db, row.scope_id, fence)
+                except GovernedMemoryError:  # that scope waits for the next run; the sweep goes on
+                    failed = True
         if len(found) < batch:
             return brought, failed
         after = found[-1].scope_id

@@ -21,7 +21,6 @@ from kagent_memory_governed.errors import GovernedMemoryError, Reason, Result
 from kagent_memory_governed.keys import EntryKey
 from kagent_memory_governed.schema import SCHEMA, entries, ledger, scopes
 from kagent_memory_governed.store import binding
-from kagent_memory_governed.store.connection import MIGRATION
 from kagent_memory_governed.store.database import _DATABASE_ERRORS, Database, cause_of, record
 
 MIN_SERVER_VERSION = 150000  # PostgreSQL 15
@@ -189,10 +188,13 @@ async def _migration_session(db: Database) -> AsyncIterator[AsyncConnection]:
     transaction block), with no statement or lock timeout (a rewrite takes what the table needs; another
     replica's is waited for) and the driver's bound lifted to ``MIGRATION_TIMEOUT``. Discarded afterwards, so
     neither the lock nor the settings outlive it."""
-    unbounded = MIGRATION.set(True)
     try:
         async with db.engine.connect() as conn:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
+            driver = (await conn.get_raw_connection()).driver_connection
+            if driver is None:  # a checked-out connection always has its driver's
+                raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="connection_failure")
+            driver.migration = True  # its statements within MIGRATION_TIMEOUT, not the driver's 30 s
             try:
                 await conn.execute(text("SET statement_timeout = 0"))
                 await conn.execute(text("SET lock_timeout = 0"))
@@ -204,8 +206,6 @@ async def _migration_session(db: Database) -> AsyncIterator[AsyncConnection]:
         raise
     except _DATABASE_ERRORS as error:
         raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=cause_of(error)) from None
-    finally:
-        MIGRATION.reset(unbounded)
 
 
 async def _rewrite_due(conn: AsyncConnection) -> bool:

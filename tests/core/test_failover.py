@@ -26,7 +26,7 @@ from support import facts, keys_of, make_key, migrate, private_directory, refusa
 
 from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.keys import Fence
+from kagent_memory_governed.keys import Fence, entry_keys, fence_of
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store, reconcile
@@ -130,17 +130,21 @@ async def _as_acknowledged(dsn: str, store: Store, replica: Store, scopes: dict[
         assert await _state(sql, scopes["off"].key) == (True, scopes["off"].generation)  # the database went back
         assert scopes["forget"].erased in await _rows(sql, scopes["forget"].key)  # with the erased rows
 
-        # the replica that kept every keyring: no erased fact, whatever generation it asks under
+        # the replica that kept every keyring: no erased fact, whatever generation it asks under; a search under
+        # the generation before the erasure (no admission first, as the service's data plane allows) is refused,
+        # with the keyring fetched again (the kept one, from before, would have opened the erased row)
         off, forget, forget_all = (scopes[name] for name in ERASURES)
-        [hits] = [await replica.search(forget.key, forget.generation, embed("tea"))]
-        assert [hit.entry_id for hit in hits] == [forget.kept]  # the kept keyring was dropped: the key is gone
+        assert set(replica._db.keys.kept()) >= {scope.key.scope_id for scope in scopes.values()}  # kept, not aged out
+        assert await refusal(replica.search(forget.key, forget.generation, embed("tea"))) is Reason.STORE_REGRESSED
+        assert await _state(sql, forget.key) == (True, forget.generation + 1)  # brought forward, consent as it was
         assert await refusal(replica.admit(off.key, off.generation, "prefetch", units=1)) is Reason.STORE_REGRESSED
         assert await _state(sql, off.key) == (False, off.generation + 1)  # withdrawn again, before any model call
         assert await _rows(sql, off.key) == set()
         assert await refusal(replica.search(off.key, off.generation, embed("tea"))) is Reason.CONSENT_DISABLED
-        for scope in (forget, forget_all):
-            assert await refusal(replica.admit(scope.key, scope.generation, "load", units=1)) is Reason.STORE_REGRESSED
-            assert await _state(sql, scope.key) == (True, scope.generation + 1)  # consent as it was
+        assert await refusal(replica.admit(forget_all.key, forget_all.generation, "load", units=1)) is (
+            Reason.STORE_REGRESSED
+        )
+        assert await _state(sql, forget_all.key) == (True, forget_all.generation + 1)  # consent as it was
         assert await _rows(sql, forget.key) == {forget.kept}
         assert await _rows(sql, forget_all.key) == set()
         await replica.admit(forget.key, forget.generation + 1, "load", units=1)
@@ -331,3 +335,64 @@ async def test_a_scope_is_brought_forward_only_once_its_keyless_rows_are_gone(
     assert await reconcile.bring_forward(store._db, key.scope_id, ahead)
     assert await _state(sql, key) == (True, generation + 3)
     assert await _rows(sql, key) == {kept}
+
+
+async def _gone_back(sql: asyncpg.Connection, key: ScopeKey, generation: int) -> None:
+    """The scope's row as a database that lost the erasures since ``generation`` holds it: enabled, at it."""
+    await sql.execute(
+        "UPDATE governed_memory.scopes SET enabled = true, generation = $2, erasure = NULL WHERE scope_id = $1",
+        key.scope_id,
+        generation,
+    )
+
+
+async def test_an_erasure_on_a_database_behind_a_withdrawal_never_re_enables_the_scope(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+):
+    """forget-all resumes consent as it finds it: on a database that lost an off, it first brings the scope forward
+    to the withdrawal, so it settles disabled; and its record does not wash out the withdrawal's."""
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    await store.write(key, generation, facts("likes green tea"))
+    withdrawn = (await store.off(key)).generation
+    await _gone_back(sql, key, generation)
+    erased = await store.forget_all(key)
+    status = await store.status(key)
+    assert (status.enabled, status.generation) == (False, erased.generation) and erased.generation > withdrawn
+    assert await refusal(store.admit(key, erased.generation, "prefetch", units=1)) is Reason.CONSENT_DISABLED
+    assert fence_of(await store.key_store.fetch(key.scope_id)) == Fence(erased.generation, withdrawn=True)
+
+
+async def test_a_write_or_a_search_without_admission_is_refused_on_a_database_behind_an_erasure(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+):
+    """The service's data plane serves Write and Search without an Admit first: each compares the keyring's record
+    with its generation itself."""
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    gone, kept = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+    later = (await store.forget(key, gone)).generation
+    await _gone_back(sql, key, generation)
+    assert await refusal(store.search(key, generation, embed("tea"))) is Reason.STORE_REGRESSED
+    assert await _state(sql, key) == (True, later)
+    await _gone_back(sql, key, generation)
+    assert await refusal(store.write(key, generation, facts("a fact for a scope behind"))) is Reason.STORE_REGRESSED
+    assert await _rows(sql, key) == {kept}
+    assert set(entry_keys(await store.key_store.fetch(key.scope_id))) == {kept}  # the refused write's key destroyed
+
+
+async def test_a_grant_is_refused_while_the_key_store_cannot_say_what_it_erased(
+    store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
+):
+    """From generation 0 a grant would sit below the record and be brought back down to it, disabled."""
+    replica = Store.connect(database_url, Policy(), keys=_Unanswering(store.key_store))  # type: ignore[arg-type]
+    try:
+        assert await refusal(replica.grant(key, purpose="assist", policy_version="v1")) is Reason.KEY_UNAVAILABLE
+    finally:
+        await replica.close()
+    assert await sql.fetchval("SELECT count(*) FROM governed_memory.scopes WHERE scope_id = $1", key.scope_id) == 0
+
+
+async def test_status_counts_only_the_entries_whose_keys_the_key_store_holds(store: Store, key: ScopeKey):
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    lost, _ = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
+    await store.key_store.destroy(key.scope_id, entries=[lost])  # a key the key store no longer holds
+    assert (await store.status(key)).entries == 1

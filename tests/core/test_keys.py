@@ -103,6 +103,10 @@ async def test_a_key_store_records_a_scopes_last_erasure_only_forward_and_never_
     assert fence_of(await key_store.fetch(scope)) == Fence(4, withdrawn=False)
     assert entry_keys(await key_store.fetch(scope)) == {}
     assert await key_store.destroyed(scope, before=9)  # the record is no key
+    # nor for an earlier release, whose erasures cover every slot of entries or written below their fence: the
+    # record's slot is at the largest generation, so none covers it
+    slot = (await key_store.fetch(scope))[FENCE]
+    assert slot.generation == 2**63 - 1 and not any(slot.generation < before for before in (9, 2**62, 2**63 - 1))
     await key_store.destroy(scope, before=2**62)  # nor does an erasure without a record of its own touch it
     assert fence_of(await key_store.fetch(scope)) == Fence(4, withdrawn=False)
 

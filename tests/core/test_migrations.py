@@ -155,6 +155,9 @@ async def test_the_migration_session_lifts_the_drivers_last_resort_bound_and_not
         db = short._db
         async with schema_admin._migration_session(db) as conn:
             assert await conn.scalar(text("SELECT 1 FROM pg_sleep(0.5)")) == 1  # past the driver's bound: answered
+            with pytest.raises(TimeoutError):  # meanwhile, on any other connection: the driver's bound
+                async with db.engine.connect() as other:
+                    await other.scalar(text("SELECT pg_sleep(0.5)"))
         with pytest.raises(TimeoutError):  # the driver's bound, outside the session
             async with db.engine.connect() as conn:
                 await conn.scalar(text("SELECT pg_sleep(0.5)"))

@@ -128,10 +128,10 @@ async def test_the_service_serves_the_bridge_and_the_runtime_of_each_agent_it_ho
         finally:
             remote._scope_token.reset(key)
         assert [memory.id for memory in (await control.entries()).entries] == [entry]
-        assert (await control.off()).verified
         # the other agent's bridge token for the same subject: its own scope, nothing of helper's
         others = AsyncControlClient(http, ScopeSigner(bridge.private_key, BRIDGE, OTHER), subject)
-        assert (await others.status()).entries == 0
+        assert (await others.status()).entries == 0 and (await control.status()).entries == 1
+        assert (await control.off()).verified
 
 
 async def test_a_pod_of_another_agent_is_refused_even_with_a_correctly_signed_scope_token(
