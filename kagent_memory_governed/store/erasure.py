@@ -1,11 +1,13 @@
 """Erasure: fence, delete, verify, settle (R8, R9, R12, R13, R29); and the completion of an interrupted one.
 
-Every erasure first fences in a transaction of its own (disable the scope, advance its generation, record
-what it erases), so work admitted before it cannot write again; then destroys the erased entries' keys in the
-key store and verifies the store cannot give them back (R42: from here no copy of the entries can be opened);
-then deletes; then verifies in a fresh transaction; then settles the scope. That is two round trips to the
-database: the fence's statement, then one call of the procedure ``governed_memory.clear``
-(``store/sql/clear.sql``), which commits the delete before it verifies; and two calls of the key store. A failure
+Every erasure first brings the scope forward to the key store's record of its last erasure, if its database is
+behind it (``reconcile``), then fences in a transaction of its own (disable the scope, advance its generation,
+record what it erases), so work admitted before it cannot write again; then destroys the erased entries' keys in
+the key store and verifies the store cannot give them back (R42: from here no copy of the entries can be opened);
+then deletes; then verifies in a fresh transaction; then settles the scope. That is three round trips to the
+database: the record's comparison, the fence's statement, then one call of the procedure
+``governed_memory.clear`` (``store/sql/clear.sql``), which commits the delete before it verifies; and three calls
+of the key store. A failure
 anywhere leaves the scope disabled, ``erasure = failed``, with a content-free ledger row, and raises
 ``erasure_failed``.
 
@@ -78,7 +80,7 @@ async def offboard(db: Database, principal: Principal) -> Offboarded:
     held = select(scopes.c.scope_id).where(
         scopes.c.principal == principal.mxid, scopes.c.origin == principal.origin.value
     )
-    for row in await db.call(held):  # each fenced from the key store's record (``_erase``)
+    for row in await db.call(held):  # each brought forward to the key store's record first, as ``_erase`` does
         await _forward(db, row.scope_id)
     now = clock.now()
     async with db.transaction() as conn:
