@@ -19,8 +19,8 @@ Every refusal and failure is a ``GovernedMemoryError`` whose reason code is its 
 
 The hot path (admit, write, search, the conversation turns) is one statement each, in one round trip: a
 database function (``store/sql``) that fences, does the work and records it in its own transaction.
-An erasure is two: the fence's statement, then (after the key store has destroyed the erased keys) one call
-of a procedure that deletes, commits, verifies in a fresh transaction and settles.
+An erasure is three: the scope's generation against the key store's record, the fence's statement, then (after
+the key store has destroyed the erased keys) one call of a procedure that deletes, verifies and settles.
 
 ``Store`` is the facade; behind it, one module a concern:
 
