@@ -25,7 +25,7 @@ from kagent_memory_governed import keys
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
-from kagent_memory_governed.settings import ENV_PREFIX, Settings, problems
+from kagent_memory_governed.settings import ENV_PREFIX, Settings, in_kubernetes_pod, problems
 
 
 class Check(NamedTuple):
@@ -129,12 +129,20 @@ def _activation() -> Check:
     return Check("governed_memory_active", True)
 
 
+def _mode() -> Check:
+    """Which store this process runs: in-process, the only mode of an agent runtime today (the memory service,
+    ``serve``, is the one way out; docs/decisions/0001-memory-service.md), holding every scope's credentials."""
+    where = "this pod holds" if in_kubernetes_pod() else "this process holds"
+    return Check("mode", True, note=f"in-process store ({where} the database URL and key store of every scope)")
+
+
 async def run(settings: Settings) -> list[Check]:
     """Every check, in order; content-free. Needs a database only if one is configured."""
     policy_check, policy = _policy(settings)
     key_check, key_store = await _key_store(settings)
     database, replication = await _database(settings, policy, key_store)
     return [
+        _mode(),
         policy_check,
         _configured("bridge_key", settings.bridge_key),
         Check("bridge_issuer", bool(settings.bridge_issuer), None if settings.bridge_issuer else "missing"),

@@ -391,7 +391,7 @@ async def test_doctor_passes_and_static_serves_over_verify_full(
         subprocess.run, [sys.executable, "-m", "kagent_memory_governed.doctor"], env=env, capture_output=True, text=True
     )
     assert doctor.returncode == 0, doctor.stdout
-    assert [line.split()[1] for line in doctor.stdout.splitlines()] == ["ok"] * 10
+    assert [line.split()[1] for line in doctor.stdout.splitlines()] == ["ok"] * 11
     env.pop("KAGENT_GOVERNED_MEMORY")  # the console script installs governed memory itself
     server, base = serve(tmp_path, env)
     try:

@@ -20,6 +20,7 @@ from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.testing import HOMESERVER, ISSUER
 
 CHECKS = [
+    "mode",
     "policy",
     "bridge_key",
     "bridge_issuer",
@@ -128,6 +129,7 @@ def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, m
     assert "SENTINEL" not in report and "Not_A_Valid_Name" not in report
     assert [line.split() for line in report.splitlines()] == [
         ["settings", "ok"],
+        "mode ok in-process store (this process holds the database URL and key store of every scope)".split(),
         ["policy", "FAILED", "invalid_policy", "entry_cap"],
         ["bridge_key", "FAILED", "unreadable"],
         ["bridge_issuer", "FAILED", "missing"],
@@ -169,7 +171,8 @@ def test_in_a_pod_with_the_switch_on_every_check_passes(tmp_path: Path, bridge, 
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [line.split() for line in result.stdout.splitlines()]
     assert [line[:2] for line in lines] == [[name, "ok"] for name in ["settings", *CHECKS]]
-    assert [line for line in lines if len(line) > 2 and line[0] != "replication"] == []  # replication: its kind
+    assert [line for line in lines if len(line) > 2 and line[0] not in ("mode", "replication")] == []  # their notes
+    assert " ".join(lines[1]).endswith("holds the database URL and key store of every scope)")
 
 
 def test_in_a_pod_with_the_switch_off_governed_memory_is_reported_inactive(

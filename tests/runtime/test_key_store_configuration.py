@@ -221,7 +221,7 @@ def test_every_command_refuses_an_unusable_key_store_setting_in_one_line(
     doctor = runs["doctor"]
     assert doctor.returncode == 1, doctor.stdout + doctor.stderr
     lines = [line.split() for line in doctor.stdout.splitlines()]
-    assert [line[0] for line in lines][:7] == ["settings", "policy", "bridge_key", "bridge_issuer"] + [
+    assert [line[0] for line in lines][:8] == ["settings", "mode", "policy", "bridge_key", "bridge_issuer"] + [
         "homeserver",
         "agent_identity",
         "key_store",
