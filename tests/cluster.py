@@ -20,11 +20,11 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from certificates import certificate
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
-from cryptography.x509.oid import NameOID
 from support import free_port
 
 T0 = datetime.datetime(2026, 11, 2, 9, 0, tzinfo=datetime.UTC)
@@ -111,26 +111,9 @@ def bearer(value: str) -> list[tuple[str, str]]:
 # -- the API server's issuer discovery, over TLS on loopback ----------------------------------------------------
 
 
-def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-
 def _certificate(subject: str, key: Any, issuer_key: Any, issuer: str, *, ca: bool) -> x509.Certificate:
-    now = datetime.datetime.now(datetime.UTC)  # OpenSSL checks against the real clock, not freezegun's
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(subject))
-        .issuer_name(_name(issuer))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if not ca:
-        san = x509.SubjectAlternativeName([x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))])
-        builder = builder.add_extension(san, critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
+    loopback = [x509.IPAddress(ipaddress.IPv4Address("127.0.0.1"))]
+    return certificate(subject, key, issuer, issuer_key, ca=ca, names=() if ca else loopback)
 
 
 @dataclass

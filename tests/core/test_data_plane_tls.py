@@ -4,14 +4,13 @@ given (libpq's ``verify-full``); a certificate of another CA or for another name
 from __future__ import annotations
 
 import ipaddress
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+from certificates import certificate
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from support import facts, refusal
 from test_data_plane import bearer_file, plane, presenting, scope_key, serving, token_for
 
@@ -22,26 +21,9 @@ from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import Bridge, embed
 
 
-def _name(common: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common)])
-
-
 def authority(common: str = "governed memory test CA") -> tuple[ec.EllipticCurvePrivateKey, x509.Certificate]:
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.now(UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(_name(common))
-        .issuer_name(_name(common))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=5))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
-        .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
-        .sign(key, hashes.SHA256())
-    )
-    return key, certificate
+    return key, certificate(common, key, common, key, ca=True)
 
 
 def serving_certificate(
@@ -49,22 +31,11 @@ def serving_certificate(
 ) -> server.ServerTLS:
     ca_key, ca_certificate = ca
     key = ec.generate_private_key(ec.SECP256R1())
-    now = datetime.now(UTC)
-    certificate = (
-        x509.CertificateBuilder()
-        .subject_name(_name("governed-memory"))
-        .issuer_name(ca_certificate.subject)
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - timedelta(minutes=5))
-        .not_valid_after(now + timedelta(days=1))
-        .add_extension(x509.SubjectAlternativeName(list(names)), critical=False)
-        .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
-        .sign(ca_key, hashes.SHA256())
-    )
+    issuer = ca_certificate.subject.rfc4514_string().removeprefix("CN=")
+    signed = certificate("governed-memory", key, issuer, ca_key, ca=False, names=names, server=True)
     pem = serialization.Encoding.PEM
     private = key.private_bytes(pem, serialization.PrivateFormat.PKCS8, serialization.NoEncryption())
-    return server.ServerTLS(certificate.public_bytes(pem), private)
+    return server.ServerTLS(signed.public_bytes(pem), private)
 
 
 def ca_file(tmp_path: Path, ca: tuple[ec.EllipticCurvePrivateKey, x509.Certificate], name: str = "ca.pem") -> Path:

@@ -12,7 +12,6 @@ Two real servers, neither reachable in plain text:
 from __future__ import annotations
 
 import asyncio
-import datetime
 import os
 import pwd
 import shutil
@@ -29,10 +28,10 @@ from urllib.parse import quote
 
 import httpx
 import pytest
+from certificates import certificate
 from cryptography import x509
-from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
 from support import KEY_STORE, free_port, key_store_of, pod_environment, private_directory, serve
 
 from kagent_memory_governed.errors import GovernedMemoryError
@@ -60,29 +59,8 @@ class Pki:
     client_key: Path  # encrypted with KEY_PASSWORD
 
 
-def _name(common_name: str) -> x509.Name:
-    return x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, common_name)])
-
-
 def _certificate(subject: str, key, issuer: str, issuer_key, *, ca: bool, dns: str | None = None):
-    now = datetime.datetime.now(datetime.UTC)
-    builder = (
-        x509.CertificateBuilder()
-        .subject_name(_name(subject))
-        .issuer_name(_name(issuer))
-        .public_key(key.public_key())
-        .serial_number(x509.random_serial_number())
-        .not_valid_before(now - datetime.timedelta(days=1))
-        .not_valid_after(now + datetime.timedelta(days=30))
-        .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
-    )
-    if ca:
-        builder = builder.add_extension(
-            x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True
-        )
-    if dns:
-        builder = builder.add_extension(x509.SubjectAlternativeName([x509.DNSName(dns)]), critical=False)
-    return builder.sign(issuer_key, hashes.SHA256())
+    return certificate(subject, key, issuer, issuer_key, ca=ca, names=[x509.DNSName(dns)] if dns else ())
 
 
 def _write(path: Path, data: bytes) -> Path:
