@@ -62,6 +62,7 @@ async def _forward(db: Database, sid: uuid.UUID) -> None:
 
 
 async def forget(db: Database, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
+    """One entry; its scope brought forward first by the control plane, as for every operation (``caught_up``)."""
     async with db.checking(Operation.FORGET, scope_id=key.scope_id):
         if not isinstance(entry_id, uuid.UUID):
             raise GovernedMemoryError(Reason.BAD_INPUT)
@@ -69,10 +70,13 @@ async def forget(db: Database, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
 
 
 async def forget_all(db: Database, key: ScopeKey) -> Erased:
+    # from the key store's record: on a database behind it, a forget-all would settle a withdrawn scope enabled
+    await _forward(db, key.scope_id)
     return await _erase(db, key.scope_id, Operation.FORGET_ALL, entry_id=None, resume=True)
 
 
 async def off(db: Database, key: ScopeKey) -> Erased:
+    await _forward(db, key.scope_id)
     return await _erase(db, key.scope_id, Operation.OFF, entry_id=None, resume=False)
 
 
@@ -80,7 +84,7 @@ async def offboard(db: Database, principal: Principal) -> Offboarded:
     held = select(scopes.c.scope_id).where(
         scopes.c.principal == principal.mxid, scopes.c.origin == principal.origin.value
     )
-    for row in await db.call(held):  # each brought forward to the key store's record first, as ``_erase`` does
+    for row in await db.call(held):  # each brought forward to the key store's record first, as by off
         await _forward(db, row.scope_id)
     now = clock.now()
     async with db.transaction() as conn:
@@ -176,8 +180,6 @@ def _fenced_values(now: datetime, *, resume: bool, entry_id: uuid.UUID | None) -
 async def _erase(
     db: Database, sid: uuid.UUID, operation: Operation, *, entry_id: uuid.UUID | None, resume: bool
 ) -> Erased:
-    # from the key store's record: on a database behind it, a forget-all would settle a withdrawn scope enabled
-    await _forward(db, sid)
     now = clock.now()
     fence = (  # ``durable``: its commit waits for a synchronous standby even where the role lowered synchronous_commit
         update(scopes)
