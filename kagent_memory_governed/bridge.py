@@ -51,7 +51,7 @@ from kagent_memory_governed.contract import (
     SwitchedOff,
 )
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.store.values import MAX_PAGE
+from kagent_memory_governed.limits import MAX_PAGE
 
 Op = Literal["consent", "status", "entries", "forget", "forget-all", "off", "offboard"]
 A = TypeVar("A", bound=Answer)

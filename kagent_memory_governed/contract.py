@@ -18,7 +18,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
 from kagent_memory_governed.consent import Erasure
-from kagent_memory_governed.store.values import MAX_PAGE
+from kagent_memory_governed.limits import MAX_PAGE
 
 PREFIX = "/memory/v1"
 MAX_BODY_BYTES = 1024

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from kagent_memory_governed.consent import Erasure
+from kagent_memory_governed.limits import MAX_PAGE as MAX_PAGE  # its home is limits, light for the clients
 
-MAX_PAGE = 50  # the most entries one ``inspect`` page holds
 _TURN_NAMESPACE = uuid.UUID("5b0c7e1e-3f2a-4c55-9d7e-6b6d67000001")
 
 
