@@ -13,48 +13,65 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from kagent_memory_governed.assertion import Trust
-from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Operation, PolicyError, Reason
-from kagent_memory_governed.keys import Binding, EntryKey, Fence, KeyStore
-from kagent_memory_governed.policy import Policy
-from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
-from kagent_memory_governed.settings import Settings
-from kagent_memory_governed.store import (
-    Entry,
-    Erased,
-    ErasureRecord,
-    Grant,
-    Hit,
-    NewFact,
-    Offboarded,
-    Page,
-    Status,
-    Store,
-    Turn,
-)
 
 if TYPE_CHECKING:
     from kagent_memory_governed.adk.request import RequestScope
     from kagent_memory_governed.adk.runtime import Mode, Runtime, install
     from kagent_memory_governed.adk.service import GovernedMemoryService
+    from kagent_memory_governed.assertion import Trust
+    from kagent_memory_governed.consent import Erasure
+    from kagent_memory_governed.keys import Binding, EntryKey, Fence, KeyStore
+    from kagent_memory_governed.policy import Policy
+    from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
+    from kagent_memory_governed.settings import Settings
+    from kagent_memory_governed.store import (
+        Entry,
+        Erased,
+        ErasureRecord,
+        Grant,
+        Hit,
+        NewFact,
+        Offboarded,
+        Page,
+        Status,
+        Store,
+        Turn,
+    )
 
-# These need kagent-adk: imported on first use, not with the package.
-_RUNTIME = {
-    "Mode": "kagent_memory_governed.adk.runtime",
-    "Runtime": "kagent_memory_governed.adk.runtime",
-    "install": "kagent_memory_governed.adk.runtime",
-    "GovernedMemoryService": "kagent_memory_governed.adk.service",
-    "RequestScope": "kagent_memory_governed.adk.request",
+# Imported on first use, not with the package: a client (``service.remote``, ``bridge``) imports this package first,
+# and must not load the store, the key stores or kagent-adk with it. Only the errors, which every module imports, are
+# eager.
+_LAZY = {
+    name: module
+    for module, names in {
+        "scope": "AgentId ControlRoom Origin Principal ScopeKey",
+        "consent": "Erasure",
+        "policy": "Policy",
+        "assertion": "Trust",
+        "settings": "Settings",
+        "keys": "Binding EntryKey Fence KeyStore",
+        "store": "Entry Erased ErasureRecord Grant Hit NewFact Offboarded Page Status Store Turn",
+        "adk.runtime": "Mode Runtime install",  # these three modules need kagent-adk
+        "adk.service": "GovernedMemoryService",
+        "adk.request": "RequestScope",
+    }.items()
+    for name in names.split()
 }
 
 
 def __getattr__(name: str) -> Any:
-    if name in _RUNTIME:
+    if name in _LAZY:
         import importlib
 
-        return getattr(importlib.import_module(_RUNTIME[name]), name)
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value  # found once: later lookups do not come back here
+        return value
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
 
 
 __all__ = [

@@ -153,8 +153,5 @@ def test_loading_the_client_loads_no_database_code():
     assert not {name for name in _loaded(bypass=True) if HEAVY.match(name)}
 
 
-@pytest.mark.xfail(
-    strict=True, reason="kagent_memory_governed/__init__.py imports the store eagerly; #35 makes it lazy"
-)
 def test_importing_the_client_through_the_package_loads_no_database_code():
     assert not {name for name in _loaded(bypass=False) if HEAVY.match(name)}
