@@ -1,9 +1,12 @@
 """The layout keeps its promises: imports go one way (activation, then the ADK adapters, then the core),
-nothing imports in a cycle, the runtime never imports the test doubles, and no module outgrows a reader."""
+nothing imports in a cycle, the runtime never imports the test doubles, the two clients (the runtime's data-plane
+client and the bridge's) import nothing of the store, the key stores or the servers, and no module outgrows a
+reader."""
 
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import pytest
@@ -76,6 +79,33 @@ def test_imports_go_one_way(name: str):
         if name == f"{ROOT}.cli" and imported.startswith(f"{ROOT}.testing"):
             continue  # the demo command, imported when asked for
         assert _layer(imported) <= _layer(name) or imported == ROOT, f"{name} imports {imported}"
+
+
+# What an agent pod in remote mode runs (it holds no database credential) and what a bridge imports: neither may
+# load the store, the key stores, the migrations, the control API's server side or the memory service's processes.
+CLIENTS = [f"{ROOT}.service.remote", f"{ROOT}.bridge"]
+SERVER_SIDE = re.compile(rf"{ROOT}\.(store|keys|migrations|control|service\.server|service\.process)(\.|$)")
+
+
+def _loaded_with(name: str) -> set[str]:
+    """Every package module importing ``name`` runs at import time: its packages' ``__init__``, and what each of
+    those imports eagerly, transitively (as written: a module outside ``MODULES``, such as a migration, is named)."""
+    found, frontier = set(), [name]
+    while frontier:
+        module = frontier.pop()
+        if module in found:
+            continue
+        found.add(module)
+        parents = {module.rsplit(".", depth)[0] for depth in range(1, module.count(".") + 1)}
+        imported = _imports(MODULES[module], eager_only=True) if module in MODULES else set()
+        found |= imported - set(MODULES)
+        frontier.extend(_resolved(imported | parents) - found)
+    return found
+
+
+@pytest.mark.parametrize("client", CLIENTS)
+def test_the_clients_import_nothing_of_the_server_side(client: str):
+    assert sorted(name for name in _loaded_with(client) if SERVER_SIDE.match(name)) == []
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
