@@ -8,11 +8,22 @@ typed answers of ``contract.CALLS``, raise ``GovernedMemoryError`` with the serv
 remember the generation consent and erasures return, so the next scope header carries it. Nothing here
 logs a token or content.
 
+The control API is served by whoever holds the store (docs/bridge.md, "Where the control API is served"): the
+governed memory service (``kagent-memory-governed serve``, HTTPS on its control port, default 8443) when the agent
+runs remote (``KAGENT_GOVERNED_MEMORY_SERVICE_URL`` set on it), the agent's own HTTP app when it runs the
+in-process store. A2A requests, with their scope header, always go to the agent. One service serves several
+agents: each token's audience (``<ns>/<name>#control``, ``#offboard``) names the signer's agent.
+
     signer = ScopeSigner(private_key, issuer="matrix-bridge", agent="kagent/helper")
-    memory = ControlClient(httpx.Client(base_url=agent_url), signer, Subject("@alice:example.org", "!room:example.org"))
+    control = httpx.Client(base_url=service_url, verify=ssl.create_default_context(cafile=service_ca_file))
+    # in-process: control = httpx.Client(base_url=agent_url)
+    memory = ControlClient(control, signer, Subject("@alice:example.org", "!room:example.org"))
     memory.consent("assist", "2026-11")
     httpx.post(agent_url, json=a2a_request, headers=memory.headers())   # X-User-Id and X-Memory-Scope
     memory.forget(memory.entries().entries[0].id)
+
+Importing this module loads nothing of the store, the key stores, the servers or a database driver
+(tests/core/test_imports.py).
 """
 
 from __future__ import annotations
@@ -192,8 +203,9 @@ class _Client:
 
 
 class ControlClient(_Client):
-    """The control API over a synchronous ``httpx.Client`` whose ``base_url`` is the agent's. Every call
-    answers its typed value, or raises ``GovernedMemoryError`` with the server's reason code."""
+    """The control API over a synchronous ``httpx.Client`` whose ``base_url`` serves it: the memory service's control
+    URL (``https://<host>:8443``) for an agent in remote mode, the agent's own URL for one running the in-process
+    store. Every call answers its typed value, or raises ``GovernedMemoryError`` with the server's reason code."""
 
     def __init__(self, http: httpx.Client, signer: ScopeSigner, subject: Subject, generation: int = 1) -> None:
         super().__init__(signer, subject, generation)
@@ -226,7 +238,8 @@ class ControlClient(_Client):
 
 
 class AsyncControlClient(_Client):
-    """The control API over an ``httpx.AsyncClient``; every call is awaited and answers as ``ControlClient``'s."""
+    """The control API over an ``httpx.AsyncClient`` with the same ``base_url`` as ``ControlClient``'s; every call is
+    awaited and answers as ``ControlClient``'s."""
 
     def __init__(self, http: httpx.AsyncClient, signer: ScopeSigner, subject: Subject, generation: int = 1) -> None:
         super().__init__(signer, subject, generation)
