@@ -1,8 +1,9 @@
 """Governed long-term memory for kagent agents.
 
-``install()`` activates it in a kagent-adk process; ``Store`` is the governed store over PostgreSQL;
-``Settings`` reads the configuration; every refusal is a ``GovernedMemoryError`` whose ``Reason`` code is
-its whole message. See the README for the guarantees.
+``install()`` activates it in a kagent-adk process; ``Store`` is the governed store over PostgreSQL, and
+``RemoteStore`` the same calls through the governed memory service (``serve``); ``Settings`` reads the
+configuration; every refusal is a ``GovernedMemoryError`` whose ``Reason`` code is its whole message. See the
+README for the guarantees.
 
     GovernedMemoryError(Exception)   a refusal or failure at run time; str() is the reason code
     ConfigurationError(ValueError)   start-up only: a setting is missing or invalid (named, never echoed)
@@ -24,6 +25,8 @@ if TYPE_CHECKING:
     from kagent_memory_governed.keys import Binding, EntryKey, Fence, KeyStore
     from kagent_memory_governed.policy import Policy
     from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
+    from kagent_memory_governed.service.remote import RemoteStore
+    from kagent_memory_governed.service.values import Fact
     from kagent_memory_governed.settings import Settings
     from kagent_memory_governed.store import (
         Entry,
@@ -51,6 +54,8 @@ _LAZY = {
         "assertion": "Trust",
         "settings": "Settings",
         "keys": "Binding EntryKey Fence KeyStore",
+        "service.remote": "RemoteStore",
+        "service.values": "Fact",
         "store": "Entry Erased ErasureRecord Grant Hit NewFact Offboarded Page Status Store Turn",
         "adk.runtime": "Mode Runtime install",  # these three modules need kagent-adk
         "adk.service": "GovernedMemoryService",
@@ -84,6 +89,7 @@ __all__ = [
     "Erased",
     "Erasure",
     "ErasureRecord",
+    "Fact",
     "Fence",
     "GovernedMemoryError",
     "GovernedMemoryService",
@@ -100,6 +106,7 @@ __all__ = [
     "PolicyError",
     "Principal",
     "Reason",
+    "RemoteStore",
     "RequestScope",
     "Runtime",
     "ScopeKey",

@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from kagent_memory_governed.embedded import database_url, describe
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.keys import configured
+from kagent_memory_governed.mode import connect
 from kagent_memory_governed.settings import Settings, problems
 from kagent_memory_governed.store import Store
 
@@ -61,7 +62,7 @@ def _upstream(argv: list[str]) -> int:
     try:
         settings = Settings.load()  # before kagent is imported: a refusal is then the only line
         settings.trust()
-        store = Store.connect(database_url(settings), settings.load_policy(), keys=configured(settings))
+        store = connect(settings)  # the service's data plane, or the in-process store (``mode``)
         from kagent_memory_governed.adk.runtime import install
 
         install(settings=settings, store=store)

@@ -21,11 +21,11 @@ from typing import NamedTuple, TextIO
 
 from pydantic import ValidationError
 
-from kagent_memory_governed import keys
+from kagent_memory_governed import keys, mode
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
-from kagent_memory_governed.settings import ENV_PREFIX, Settings, in_kubernetes_pod, problems
+from kagent_memory_governed.settings import ENV_PREFIX, Settings, problems
 
 
 class Check(NamedTuple):
@@ -129,28 +129,48 @@ def _activation() -> Check:
     return Check("governed_memory_active", True)
 
 
-def _mode() -> Check:
-    """Which store this process runs: in-process, the only mode of an agent runtime today (the memory service,
-    ``serve``, is the one way out; docs/decisions/0001-memory-service.md), holding every scope's credentials."""
-    where = "this pod holds" if in_kubernetes_pod() else "this process holds"
-    return Check("mode", True, note=f"in-process store ({where} the database URL and key store of every scope)")
+def _mode(settings: Settings) -> Check:
+    """Which store this process runs (``mode``): the memory service's, holding no credential, or in-process,
+    holding every scope's (docs/decisions/0001-memory-service.md); in-process inside a pod only when asked for."""
+    try:
+        mode.refuse_in_process_in_pod(settings)
+    except ConfigurationError as error:
+        return Check("mode", False, error.code, _setting_named(error))
+    return Check("mode", True, note=mode.describe(settings))
+
+
+async def _service(settings: Settings) -> Check:
+    """The memory service answers this process's workload identity (its policy), over its TLS."""
+    try:
+        client = mode.connect(settings)
+    except ConfigurationError as error:
+        return Check("service", False, error.code, _setting_named(error))
+    try:
+        await client.check_ready()
+    except GovernedMemoryError as error:
+        return Check("service", False, error.reason.value, error.cause)
+    finally:
+        await client.close()
+    return Check("service", True)
 
 
 async def run(settings: Settings) -> list[Check]:
-    """Every check, in order; content-free. Needs a database only if one is configured."""
+    """Every check, in order; content-free. Needs a database only if one is configured; through the memory
+    service, only the service."""
     policy_check, policy = _policy(settings)
-    key_check, key_store = await _key_store(settings)
-    database, replication = await _database(settings, policy, key_store)
+    if settings.remote():
+        where = [await _service(settings)]
+    else:
+        key_check, key_store = await _key_store(settings)
+        where = [key_check, *await _database(settings, policy, key_store)]
     return [
-        _mode(),
+        _mode(settings),
         policy_check,
         _configured("bridge_key", settings.bridge_key),
         Check("bridge_issuer", bool(settings.bridge_issuer), None if settings.bridge_issuer else "missing"),
         Check("homeserver", bool(settings.homeserver), None if settings.homeserver else "missing"),
         _configured("agent_identity", settings.agent),
-        key_check,
-        database,
-        replication,
+        *where,
         _activation(),
     ]
 

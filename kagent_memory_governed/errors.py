@@ -55,6 +55,7 @@ class Reason(StrEnum):
     SERVICE_UNAVAILABLE = "service_unavailable"  # unreachable, past its deadline, or an answer not of the wire
     BAD_IDENTITY = "bad_identity"  # the caller's workload identity token is not one the service accepts
     IDENTITY_UNAVAILABLE = "identity_unavailable"  # the cluster's keys to verify it cannot be had now
+    ASSERTION_EXPIRING = "assertion_expiring"  # an auto-save would outlive the request's scope token at the service
     KEYRING_STALE = "keyring_stale"  # internal to the store: a write saw a live entry its keyring lacked; retried
 
 

@@ -15,20 +15,29 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager, suppress
-from typing import Any
+from typing import Any, Protocol
 
 from fastapi import FastAPI
 from fastapi.responses import JSONResponse
 
 from kagent_memory_governed import metering
+from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
-from kagent_memory_governed.store import Store
 
 logger = logging.getLogger(__name__)
 READY = "/memory/ready"
 WATCH_SECONDS = 30.0  # half the OpenTelemetry SDK's default export interval
+
+
+class Store(Protocol):
+    """What is looked at: the in-process ``store.Store``, or the memory service as a runtime reaches it
+    (``service.remote.RemoteStore``, which counts no erasures: the service reports its own)."""
+
+    async def check_ready(self) -> None: ...
+
+    async def unfinished_erasures(self) -> Mapping[Erasure, int] | None: ...
 
 
 async def observe(store: Store) -> Reason | None:

@@ -8,16 +8,17 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
 
+if TYPE_CHECKING:
+    import numpy
+
 _FLOAT32_MAX = 3.4028234663852886e38  # also excludes NaN and the infinities
-_FLOAT32_TINY = float(numpy.finfo(numpy.float32).tiny)
-_BOOLEANS = (bool, numpy.bool_)
+_FLOAT32_TINY = 1.1754943508222875e-38  # numpy.finfo(numpy.float32).tiny; numpy is imported by the first embedding
 EMBEDDING_DIMENSIONS = 768  # kagent's KAgentEmbedding pads or truncates every provider to 768
 
 # key -> (ceiling, direction). "max": a value may only be lower; "min": only higher (a floor).
@@ -171,7 +172,9 @@ def admit_embedding(vector: object) -> numpy.ndarray:
     pgvector's cosine distance computes it. Otherwise ``bad_input``, before it is stored or counted: a
     vector of float32-max values, or of values whose squares vanish, has no cosine distance to anything.
     Returned as the single-precision array that is sent and stored."""
-    if isinstance(vector, list | tuple) and not any(type(item) in _BOOLEANS for item in vector):
+    import numpy
+
+    if isinstance(vector, list | tuple) and not any(type(item) in (bool, numpy.bool_) for item in vector):
         values = numpy.asarray(vector)
     elif isinstance(vector, numpy.ndarray):
         values = vector

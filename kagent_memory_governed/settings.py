@@ -21,6 +21,7 @@ TOOLING = {
     "KAGENT_GOVERNED_MEMORY_VENV",
     "KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL",
     "KAGENT_GOVERNED_MEMORY_RACE_TRIALS",
+    "KAGENT_GOVERNED_MEMORY_TEST_SERVICE",
 }
 
 
@@ -89,6 +90,11 @@ class Settings(BaseSettings):
     identity_ca: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
     identity_token: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
     identity_agents: str | None = None  # <ns>/<service account>=<ns>/<agent>,...; unset: each account is its agent
+    # an agent runtime in remote mode (kagent_memory_governed/service/remote.py): memory only through the service
+    service_url: str | None = None  # https://host:port of the service's data plane; unset: the in-process store
+    service_ca: Path | None = None  # the PEM CA the service's certificate is verified against (https://)
+    service_token: Path = Path("/var/run/secrets/governed-memory/token")  # the projected token naming this agent
+    in_process: bool = False  # inside a Kubernetes pod, the in-process store (every scope's credentials) when asked
     kagent_namespace: str | None = Field(default=None, validation_alias="KAGENT_NAMESPACE")
     kagent_name: str | None = Field(default=None, validation_alias="KAGENT_NAME")
 
@@ -110,6 +116,24 @@ class Settings(BaseSettings):
 
             check_url(value)
         return value
+
+    @model_validator(mode="after")
+    def _remote_holds_no_credential(self) -> Settings:
+        # a runtime that reaches memory through the service must not hold what the service alone holds
+        if self.service_url is not None:
+            held = [
+                ENV_PREFIX + name.upper()
+                for name in ("database_url", "key_store", "key_store_token", "key_store_ca")
+                if getattr(self, name) is not None
+            ]
+            if held or self.in_process:
+                also = held[0] if held else ENV_PREFIX + "IN_PROCESS"
+                raise ValueError(f"{ENV_PREFIX}SERVICE_URL is set: the runtime holds no {also}")
+        return self
+
+    def remote(self) -> bool:
+        """Whether this agent runtime reaches memory through the governed memory service only."""
+        return self.service_url is not None
 
     @model_validator(mode="after")
     def _no_unknown_variables(self) -> Settings:

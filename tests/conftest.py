@@ -19,6 +19,7 @@ from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
+from service import REMOTE
 from support import KEY_STORE, bound_to, make_key, private_directory
 
 # Each test process (each xdist worker) keeps its entry keys apart, never in the user's data directory: two
@@ -46,9 +47,17 @@ def store(governed_store: Store) -> Store:
     return governed_store
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture
 def bridge(governed_private_key) -> Bridge:
-    """The bridge double signs with the key the installed runtime trusts, and can sign anything else too."""
+    """The bridge double signs with the key the installed runtime trusts, and can sign anything else too. In remote
+    mode each test has a control room of its own: the service keeps what it read of a scope a while, which a test's
+    emptied tables would leave behind (a database gone back in time, to the service)."""
+    if REMOTE:
+        import uuid
+
+        from kagent_memory_governed.testing.bridge import HOMESERVER
+
+        return Bridge(private_key=governed_private_key, room=f"!room{uuid.uuid4().hex[:12]}:{HOMESERVER}")
     return Bridge(private_key=governed_private_key)
 
 
@@ -58,9 +67,60 @@ def embedder(governed_embedder: CountingEmbedder) -> CountingEmbedder:
 
 
 @pytest.fixture(scope="session")
-def runtime(governed_runtime):
-    """Governed memory installed into this test process, once: kagent-adk's own classes are replaced."""
-    return governed_runtime
+def runtime(request: pytest.FixtureRequest):
+    """Governed memory installed into this test process, once: kagent-adk's own classes are replaced. Its store is
+    in-process, or, with ``KAGENT_GOVERNED_MEMORY_TEST_SERVICE=on`` (remote mode), the memory service as a process
+    of its own (``memory_service``), reached as an agent pod reaches it."""
+    if not REMOTE:
+        return request.getfixturevalue("governed_runtime")
+    from kagent_memory_governed import install
+    from kagent_memory_governed.settings import Settings
+    from kagent_memory_governed.testing.bridge import HOMESERVER
+
+    service, token = request.getfixturevalue("memory_service"), request.getfixturevalue("pod_token")
+    signer = request.getfixturevalue("governed_signer")
+    settings = Settings(
+        bridge_public_key=signer.public_pem,
+        bridge_issuer=signer.issuer,
+        homeserver=HOMESERVER,
+        service_url=service.data,
+        service_token=token,
+        key_store=None,  # what this process's own tests use (KEY_STORE above); never the runtime's
+    )
+    installed = install(settings=settings, embedder=request.getfixturevalue("governed_embedder"))
+    assert installed.remote, "remote mode asked for, and the runtime holds a store of its own"
+    return installed
+
+
+@pytest.fixture(scope="session")
+def kube(tmp_path_factory: pytest.TempPathFactory):
+    """An API server's keys and issuer discovery (``cluster.py``), for the service's workload identity."""
+    from cluster import rsa_key, serving
+
+    key = rsa_key()
+    with serving(tmp_path_factory.mktemp("cluster")) as state:
+        state.keys = [key]
+        yield state, key
+
+
+@pytest.fixture(scope="session")
+def memory_service(tmp_path_factory: pytest.TempPathFactory, database_url: str, governed_private_key, kube, store):
+    """``kagent-memory-governed serve`` over the suite's database and key store, for the session (remote mode)."""
+    from service import running
+
+    with running(
+        tmp_path_factory.mktemp("service"), Bridge(private_key=governed_private_key), database_url, kube[0]
+    ) as s:
+        yield s
+
+
+@pytest.fixture(scope="session")
+def pod_token(tmp_path_factory: pytest.TempPathFactory, kube):
+    """This process's projected token as the agent ``kagent/helper``, rotated while the session runs."""
+    from service import rotated
+
+    with rotated(tmp_path_factory.mktemp("pod") / "token", kube[1]) as path:
+        yield path
 
 
 @pytest.fixture

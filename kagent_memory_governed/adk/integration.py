@@ -34,12 +34,13 @@ from google.adk.runners import Runner
 from google.adk.tools.base_tool import BaseTool
 from google.adk.tools.tool_context import ToolContext
 
-from kagent_memory_governed import control, health, redaction
+from kagent_memory_governed import health, redaction
 from kagent_memory_governed.adk import tools
 from kagent_memory_governed.adk.boundary import RecallBoundary
 from kagent_memory_governed.adk.request import context_builder
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.service.remote import RemoteStore
 
 if TYPE_CHECKING:
     from kagent_memory_governed.adk.runtime import Runtime
@@ -98,23 +99,32 @@ def governed_plugins() -> list[BasePlugin]:
 
 
 def configure_app(app: Any, runtime: Runtime) -> None:
-    """The memory-work middleware, ``/memory/v1``, ``/memory/ready``, and a start-up that fails unless the
-    store is ready."""
+    """The memory-work middleware, ``/memory/ready``, and a start-up that fails unless the store is ready; with the
+    in-process store also the control API ``/memory/v1`` (through the service, the service serves it: what
+    ``inspect`` answers never transits this pod)."""
     app.add_middleware(redaction.MemoryWorkMiddleware)
-    control.mount(app, runtime.store, runtime.trust)
-    health.mount(app, runtime.store)
+    store = runtime.store
+    if not isinstance(store, RemoteStore):
+        from kagent_memory_governed import control
+
+        control.mount(app, store, runtime.trust)
+    health.mount(app, store)
     upstream_lifespan = app.router.lifespan_context
 
     @asynccontextmanager
     async def lifespan(app: Any) -> AsyncIterator[Any]:
         try:
-            await runtime.store.check_ready()
+            await store.check_ready()
         except GovernedMemoryError as refused:  # one content-free line and EX_CONFIG, never a traceback
             sys.stderr.write(f"kagent-memory-governed: not serving: {refused.explained()}\n")
             sys.stderr.flush()
             os._exit(EXIT_NOT_READY)
-        _, replication = await runtime.store.replication()  # what a failover means for erasures, content-free
-        sys.stderr.write(f"kagent-memory-governed: replication: {replication}\n")
+        if isinstance(store, RemoteStore):
+            line = "memory through the governed memory service; this process holds no database or key-store credential"
+        else:
+            _, replication = await store.replication()  # what a failover means for erasures, content-free
+            line = f"replication: {replication}"
+        sys.stderr.write(f"kagent-memory-governed: {line}\n")
         sys.stderr.flush()
         async with upstream_lifespan(app) as state:
             yield state

@@ -5,6 +5,11 @@
 ``extension``; on unmodified kagent-adk (``upstream.SUPPORTED``) by ``integration.patch_kagent``.
 ``active()`` is the way to reach it. Upstream's ``KagentMemoryService`` and memory tools are then never
 constructed; activation never falls back to upstream memory.
+
+Its store is one of two (``mode``): with ``KAGENT_GOVERNED_MEMORY_SERVICE_URL`` the governed memory service's
+data plane (``service.remote.RemoteStore``), and this process holds no database or key-store credential; without,
+the in-process ``Store``, which holds both for every scope of the agent: the default for local runs, the demo and
+tests, and inside a Kubernetes pod only with ``KAGENT_GOVERNED_MEMORY_IN_PROCESS=true``.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ from kagent_memory_governed.adk import integration, tools
 from kagent_memory_governed.adk.request import context_builder
 from kagent_memory_governed.adk.service import Embedder, GovernedMemoryService
 from kagent_memory_governed.assertion import Trust
+from kagent_memory_governed.mode import connect
+from kagent_memory_governed.service.remote import RemoteStore
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
 
@@ -41,9 +48,14 @@ class Runtime:
 
     settings: Settings
     trust: Trust
-    store: Store
+    store: Store | RemoteStore
     service: GovernedMemoryService
     mode: Mode
+
+    @property
+    def remote(self) -> bool:
+        """Whether memory is reached through the governed memory service (this process holds no credential)."""
+        return isinstance(self.store, RemoteStore)
 
     def in_charge(self) -> bool:
         """Whether kagent-adk, as loaded in this process, builds memory from governed pieces only."""
@@ -63,21 +75,19 @@ def active() -> Runtime | None:
 
 
 def install(
-    *, settings: Settings | None = None, store: Store | None = None, embedder: Embedder | None = None
+    *, settings: Settings | None = None, store: Store | RemoteStore | None = None, embedder: Embedder | None = None
 ) -> Runtime:
     """Activate governed memory in this process; idempotent. Raises ``ConfigurationError`` when the
     configuration is incomplete or invalid. ``store`` and ``embedder`` are for embedding and tests; by
-    default the store comes from the settings and the embedder from each Agent's ``memory.embedding``."""
+    default the store comes from the settings (``mode.connect``) and the embedder from each Agent's
+    ``memory.embedding``."""
     global _active
     if _active is not None:
         return _active
     settings = settings or Settings.load()
     trust = settings.trust()
     if store is None:
-        from kagent_memory_governed.embedded import database_url
-        from kagent_memory_governed.keys import configured
-
-        store = Store.connect(database_url(settings), settings.load_policy(), keys=configured(settings))
+        store = connect(settings)
     redaction.install()
     metering.export_from_environment()
     mode = Mode.ENTRY_POINT if integration.upstream_has_extensions() else Mode.RUNTIME_PATCHING

@@ -3,7 +3,8 @@
 Every call acts on the scope verified for the running request (``request.current()``) and never on
 the ``app_name``/``user_id`` the caller passes, which are only checked for consistency. Consent is
 checked before any model or embedding work; the store fences again when it reads or writes. It never
-talks to kagent's ``/api/memories``.
+talks to kagent's ``/api/memories``. The store is the in-process ``Store`` or the memory service's
+``RemoteStore`` (``runtime.connect``); the same calls, the same answers.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from google.adk.events import Event
@@ -23,12 +25,13 @@ from google.genai import types
 from kagent.adk.models import KAgentEmbedding
 from kagent.adk.types import EmbeddingConfig, MemoryConfig
 
-from kagent_memory_governed import metering, redaction
+from kagent_memory_governed import clock, metering, redaction
 from kagent_memory_governed.adk import conversation
 from kagent_memory_governed.adk.request import RequestScope, current
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import Policy, admit_fact
-from kagent_memory_governed.store import NewFact, Store
+from kagent_memory_governed.service.remote import RemoteStore
+from kagent_memory_governed.store import Store
 
 Embedder = Callable[[list[str]], Awaitable[list[list[float]]]]
 logger = logging.getLogger(__name__)
@@ -36,6 +39,17 @@ logger = logging.getLogger(__name__)
 EXPLICIT = frozenset({Operation.LOAD, Operation.SAVE})  # asked for by the model: also rate limited per sender
 SEARCH_TOP_K = 5
 SEARCH_MIN_SCORE = 0.3
+# an auto-save through the service must finish while the request's scope token is accepted (its expiry plus the
+# leeway): one is started only with at least this much of the token's life left (docs/decisions/0001)
+AUTOSAVE_MIN_TOKEN_SECONDS = 60
+
+
+@dataclass(frozen=True, slots=True)
+class _Fact:
+    """A fact to write, as both stores take it (``store.NewFact``'s fields)."""
+
+    text: str
+    embedding: Sequence[float]
 
 
 def kagent_embedder(config: EmbeddingConfig) -> Embedder:
@@ -52,7 +66,7 @@ def kagent_embedder(config: EmbeddingConfig) -> Embedder:
 class GovernedMemoryService(BaseMemoryService):
     """Memory for consented scopes only; every other request gets a reason code and no memory."""
 
-    def __init__(self, store: Store, embedder: Embedder | None) -> None:
+    def __init__(self, store: Store | RemoteStore, embedder: Embedder | None) -> None:
         self.store = store
         self._embedder = embedder
         self._background: set[asyncio.Task[None]] = set()
@@ -106,6 +120,9 @@ class GovernedMemoryService(BaseMemoryService):
             metering.count(
                 Operation.AUTOSAVE, Result.REFUSED, Reason.NO_ASSERTION if scope is None else Reason.SCOPE_MISMATCH
             )
+            return
+        if self._token_too_short(scope):  # the service would refuse it before the summary is written
+            metering.count(Operation.AUTOSAVE, Result.REFUSED, Reason.ASSERTION_EXPIRING)
             return
         events = list(session.events)  # the conversation as of now; the task must not see later turns
         task = asyncio.create_task(self._autosave(scope, session.id, events, model), name="governed-memory-autosave")
@@ -169,9 +186,7 @@ class GovernedMemoryService(BaseMemoryService):
             raise
         await self._admit(scope, operation, units=len(facts), explicit=operation in EXPLICIT)
         vectors = await self._embed(facts)
-        await self.store.write(
-            scope.key, scope.generation, [NewFact(t, v) for t, v in zip(facts, vectors, strict=True)]
-        )
+        await self.store.write(scope.key, scope.generation, [_Fact(t, v) for t, v in zip(facts, vectors, strict=True)])
         metering.count(operation, Result.OK)
 
     async def _autosave(self, scope: RequestScope, session_id: str, events: list[Event], model: BaseLlm) -> None:
@@ -232,6 +247,12 @@ class GovernedMemoryService(BaseMemoryService):
             raise GovernedMemoryError(Reason.EMBEDDING_FAILED)
         metering.count(Operation.EMBED, Result.OK, amount=len(texts))
         return vectors
+
+    def _token_too_short(self, scope: RequestScope) -> bool:
+        """Through the service, whether the request's token expires before an auto-save could finish."""
+        if scope.expires_at is None or not isinstance(self.store, RemoteStore):
+            return False
+        return (scope.expires_at - clock.now()).total_seconds() < AUTOSAVE_MIN_TOKEN_SECONDS
 
     @staticmethod
     def _scope(user_id: str) -> RequestScope:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar, Token
 from datetime import UTC
 from pathlib import Path
@@ -52,9 +52,11 @@ class RemoteStore:
     """The data plane of a governed memory service, as the runtime's store. Create with ``RemoteStore.connect``;
     ``close`` when done."""
 
-    def __init__(self, channel: grpc.aio.Channel, *, token_file: Path, deadline: float) -> None:
-        self._channel = channel
-        self._stub: Any = pb_grpc.DataPlaneStub(channel)  # generated, untyped; replies are checked below
+    def __init__(self, channel: Callable[[], grpc.aio.Channel], *, token_file: Path, deadline: float) -> None:
+        self._open = channel
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: Any = None  # generated, untyped; replies are checked below
+        self._loop: asyncio.AbstractEventLoop | None = None
         self._token_file = token_file
         self._deadline = deadline
         self._policy = Policy()  # the ceilings until ``refresh_policy``; the service enforces its own either way
@@ -90,20 +92,29 @@ class RemoteStore:
         if parts.scheme == "http":
             if not wire.is_loopback(host):
                 raise ConfigurationError(f"{URL_SETTING}: plaintext (http://) only to a loopback address; use https://")
-            channel = grpc.aio.insecure_channel(target, options=options)
-        else:
-            if ca_file is None:
-                raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA is required for https://")
-            try:
-                roots = ca_file.read_bytes()
-            except OSError:
-                raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA cannot be read") from None
-            credentials = grpc.ssl_channel_credentials(root_certificates=roots)
-            channel = grpc.aio.secure_channel(target, credentials, options=options)
-        return cls(channel, token_file=token_file, deadline=deadline)
+            return cls(lambda: grpc.aio.insecure_channel(target, options), token_file=token_file, deadline=deadline)
+        if ca_file is None:
+            raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA is required for https://")
+        try:
+            roots = ca_file.read_bytes()
+        except OSError:
+            raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA cannot be read") from None
+        verified = grpc.ssl_channel_credentials(root_certificates=roots)
+        return cls(lambda: grpc.aio.secure_channel(target, verified, options), token_file=token_file, deadline=deadline)
 
     async def close(self) -> None:
-        await self._channel.close()
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
+
+    def _opened(self) -> Any:
+        """The stub over a channel of the running event loop: a ``grpc.aio`` channel belongs to the loop it was
+        opened in, and a process may create its store before the loop that serves (kagent-adk's CLI does)."""
+        loop = asyncio.get_running_loop()
+        if self._channel is None or self._loop is not loop:
+            self._channel, self._loop = self._open(), loop  # a channel of a loop that ended has nothing to close
+            self._stub = pb_grpc.DataPlaneStub(self._channel)
+        return self._stub
 
     # -- policy -----------------------------------------------------------------------------------
 
@@ -117,12 +128,21 @@ class RemoteStore:
 
     async def refresh_policy(self) -> Policy:
         """Ask the service for its effective ceilings (workload identity only); returns ``policy``."""
-        reply = await self._call(self._stub.Policy, pb.PolicyRequest(), None, pb.PolicyReply)
+        reply = await self._call(self._opened().Policy, pb.PolicyRequest(), None, pb.PolicyReply)
         try:
             self._policy = Policy(**{name: getattr(reply, name) for name in Policy.model_fields})
         except ValueError:  # pydantic's ValidationError: an answer no policy can have
             raise _unavailable("bad_answer") from None
         return self.policy
+
+    async def check_ready(self) -> None:
+        """Whether the service answers this runtime: its policy, for this process's workload identity (refreshed).
+        Refuses ``service_unavailable``, ``bad_identity``, ``identity_unavailable`` and the service's own reasons."""
+        await self.refresh_policy()
+
+    async def unfinished_erasures(self) -> None:
+        """Not the runtime's to count: the service's own gauges report its erasures (``None``: not counted here)."""
+        return None
 
     def limit_expiry(self, seconds: int) -> None:
         """Lower the expiry of every later write (an Agent's ``memory.ttlDays``); it travels as ``Write``'s
@@ -138,7 +158,7 @@ class RemoteStore:
         """``Store.admit`` at the service. Refuses as it does, and ``service_unavailable``."""
         units = admit_int(units, low=0, high=2**32 - 1)
         request = pb.AdmitRequest(operation=str(operation), units=units, explicit=explicit)
-        await self._call(self._stub.Admit, request, (key, generation), pb.AdmitReply)
+        await self._call(self._opened().Admit, request, (key, generation), pb.AdmitReply)
 
     async def write(
         self, key: ScopeKey, generation: int, facts: Sequence[Fact], *, expires_in: int | None = None
@@ -150,7 +170,7 @@ class RemoteStore:
             facts=[pb.Fact(text=fact.text, embedding=pb.Vector(values=fact.embedding)) for fact in facts],
             expires_in=expires_in,
         )
-        reply = await self._call(self._stub.Write, request, (key, generation), pb.WriteReply)
+        reply = await self._call(self._opened().Write, request, (key, generation), pb.WriteReply)
         ids = [_uuid(entry) for entry in reply.entry_ids]
         if len(ids) != len(facts):
             raise _unavailable("bad_answer")
@@ -175,7 +195,7 @@ class RemoteStore:
         """``Store.search_many`` at the service, which fixes the bounds: at most ``wire.SEARCH_TOP_K`` hits each,
         each scoring at least ``wire.SEARCH_MIN_SCORE``; a stricter ``top_k`` or ``min_score`` narrows them here."""
         request = pb.SearchRequest(embeddings=[pb.Vector(values=vector) for vector in embeddings])
-        reply = await self._call(self._stub.Search, request, (key, generation), pb.SearchReply)
+        reply = await self._call(self._opened().Search, request, (key, generation), pb.SearchReply)
         if len(reply.results) != len(embeddings):
             raise _unavailable("bad_answer")
         return [[_hit(hit) for hit in result.hits if hit.score >= min_score][:top_k] for result in reply.results]
@@ -185,7 +205,7 @@ class RemoteStore:
     ) -> int:
         """``Store.record_turn`` at the service: how many admitted turns of the session await auto-save."""
         request = pb.RecordTurnRequest(session_id=session_id, invocation_id=invocation_id, recalled=recalled)
-        reply = await self._call(self._stub.RecordTurn, request, (key, generation), pb.RecordTurnReply)
+        reply = await self._call(self._opened().RecordTurn, request, (key, generation), pb.RecordTurnReply)
         return int(reply.waiting)
 
     async def collect_turns(
@@ -194,7 +214,7 @@ class RemoteStore:
         """``Store.collect_turns`` at the service, for the most recent ``wire.MAX_CANDIDATES`` candidates."""
         recent = list(candidates)[-wire.MAX_CANDIDATES :]
         request = pb.CollectTurnsRequest(session_id=session_id, candidates=recent)
-        reply = await self._call(self._stub.CollectTurns, request, (key, generation), pb.CollectTurnsReply)
+        reply = await self._call(self._opened().CollectTurns, request, (key, generation), pb.CollectTurnsReply)
         asked = set(recent)
         turns = [Turn(turn.invocation_id, turn.recalled) for turn in reply.turns]
         if any(turn.invocation_id not in asked for turn in turns):

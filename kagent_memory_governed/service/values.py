@@ -1,6 +1,7 @@
-"""What ``RemoteStore`` returns: the values of ``kagent_memory_governed.store.values`` that the data plane answers,
-field for field (``tests/core/test_data_plane_wire.py`` holds them equal), declared here so that the runtime's
-client loads nothing of the store package (whose ``__init__`` brings in SQLAlchemy)."""
+"""What the data plane answers, in process and through the service: the ``Hit`` of a search and the ``Turn`` an
+auto-save collects, one class each for the ``Store`` and ``RemoteStore`` (``store.values`` re-exports them), and
+the ``Fact`` both write. Declared here, importing nothing, so that the runtime's client loads nothing of the store
+package (whose ``__init__`` brings in SQLAlchemy)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from typing import Protocol
 
 
 class Fact(Protocol):
-    """A fact to write: ``store.NewFact`` is one."""
+    """A fact to write: ``store.NewFact`` is one, and so is any value with its two fields (the runtime's own)."""
 
     @property
     def text(self) -> str: ...

@@ -57,6 +57,7 @@ from kagent_memory_governed.errors import Reason
 from kagent_memory_governed.keys import KeyStore, configured
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
+from kagent_memory_governed.service.values import Fact
 from kagent_memory_governed.store import admission, connection, data, erasure, grants, maintenance, schema_admin, turns
 from kagent_memory_governed.store.database import Database, create_engine
 from kagent_memory_governed.store.erasure import caught_up
@@ -221,7 +222,7 @@ class Store:
     # -- data plane (fenced by generation) ----------------------------------------------------------
 
     async def write(
-        self, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None = None
+        self, key: ScopeKey, generation: int, facts: Sequence[Fact], *, expires_in: int | None = None
     ) -> list[uuid.UUID]:
         """Store ``facts`` in ``key`` under consent ``generation``, all or none; returns their entry ids.
         A fact equal to a live entry of the scope (whitespace normalized) is not stored again: its id is

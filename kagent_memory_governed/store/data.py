@@ -24,15 +24,16 @@ from kagent_memory_governed.keys import Keyring, fence_of
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import live, scope_rows
 from kagent_memory_governed.scope import ScopeKey
+from kagent_memory_governed.service.values import Fact
 from kagent_memory_governed.store import functions, reconcile, sealing
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, raise_refusal, record, refuse
-from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, NewFact, Page
+from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, Page
 
 _ATTEMPTS = 16  # each retry follows a concurrent writer's commit; a scope holds at most 100 entries
 
 
 async def write(
-    db: Database, key: ScopeKey, generation: int, facts: Sequence[NewFact], *, expires_in: int | None
+    db: Database, key: ScopeKey, generation: int, facts: Sequence[Fact], *, expires_in: int | None
 ) -> list[uuid.UUID]:
     sid = key.scope_id
     pending = db.keys.start(sid, generation)  # fetched while the facts are checked and sealed

@@ -9,6 +9,8 @@ from datetime import datetime
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.limits import MAX_PAGE as MAX_PAGE  # its home is limits, light for the clients
+from kagent_memory_governed.service.values import Hit as Hit  # one class for the store and its remote clients
+from kagent_memory_governed.service.values import Turn as Turn
 
 _TURN_NAMESPACE = uuid.UUID("5b0c7e1e-3f2a-4c55-9d7e-6b6d67000001")
 
@@ -45,15 +47,6 @@ class Status:
 
 
 @dataclass(frozen=True, slots=True)
-class Hit:
-    entry_id: uuid.UUID
-    text: str
-    score: float
-    created_at: datetime
-    expires_at: datetime
-
-
-@dataclass(frozen=True, slots=True)
 class Entry:
     entry_id: uuid.UUID
     text: str
@@ -78,14 +71,6 @@ class Erased:
 class Offboarded:
     scopes: int
     erased: int
-
-
-@dataclass(frozen=True, slots=True)
-class Turn:
-    """A conversation turn admitted under a scope and generation; ``recalled`` if it recalled memory."""
-
-    invocation_id: str
-    recalled: bool
 
 
 def turn_ref(identifier: str) -> uuid.UUID:

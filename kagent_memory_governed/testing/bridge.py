@@ -38,6 +38,7 @@ class Bridge:
     private_key: Ed25519PrivateKey = field(default_factory=Ed25519PrivateKey.generate)
     issuer: str = ISSUER
     agent: str = AGENT
+    room: str = f"!control:{HOMESERVER}"  # the control room its tokens name unless told otherwise
 
     @property
     def public_pem(self) -> str:
@@ -53,7 +54,7 @@ class Bridge:
             "aud": f"{self.agent}{suffix}",
             "sub": f"@alice:{HOMESERVER}",
             "origin": "native",
-            "room": f"!control:{HOMESERVER}",
+            "room": self.room,
             "scope": "control-room",
             "gen": 1,
             "iat": int(now),

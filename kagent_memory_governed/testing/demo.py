@@ -110,12 +110,12 @@ async def run(settings: Settings) -> None:
         app = build_app(model, config=CONFIG)
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
             subject = Subject(f"@demo:{HOMESERVER}", f"!demo{uuid.uuid4().hex[:12]}:{HOMESERVER}")
-            await _lifecycle(AsyncControlClient(http, signer, subject), runtime.service)
+            await _lifecycle(AsyncControlClient(http, signer, subject), runtime.service, store)
     finally:
         await store.close()
 
 
-async def _lifecycle(memory: AsyncControlClient, service: GovernedMemoryService) -> None:
+async def _lifecycle(memory: AsyncControlClient, service: GovernedMemoryService, store: Store) -> None:
     _step("before consent: the agent tries to save; nothing is collected")
     print(await _chat(memory, "Please remember that I take my coffee black."))
     before = await memory.status()
@@ -145,7 +145,7 @@ async def _lifecycle(memory: AsyncControlClient, service: GovernedMemoryService)
     with freeze_time(clock.now() + timedelta(days=7), real_asyncio=True):
         print(f"7 days later: entries={(await memory.status()).entries}")
         print(await _chat(memory, "Where is my desk? Please tell me where my desk is located."))
-        print(f"sweep physically deleted {await service.store.sweep()} expired entries")
+        print(f"sweep physically deleted {await store.sweep()} expired entries")
 
     _step("off: disable first, then erase and verify (POST /memory/v1/off)")
     print(await _chat(memory, "Please remember that I cycle to work."))

@@ -189,6 +189,7 @@ async def governed_agent(
     governed_model: ScriptedModel,
     governed_agent_config: dict[str, Any],
     governed_database_url: str,
+    governed_store: Store,
 ) -> AsyncIterator[GovernedAgent]:
     import httpx
 
@@ -203,5 +204,5 @@ async def governed_agent(
             yield GovernedAgent(http, governed_model, AsyncControlClient(http, governed_signer, subject))
         await governed_runtime.service.drain()
     finally:
-        await empty_tables(governed_database_url, governed_runtime.store.key_store)
-        governed_runtime.store.drop_kept_keyrings()
+        await empty_tables(governed_database_url, governed_store.key_store)
+        governed_store.drop_kept_keyrings()

@@ -5,7 +5,6 @@ field for field; and the client loads nothing of the server or the store."""
 from __future__ import annotations
 
 import ast
-import dataclasses
 import re
 import subprocess
 import sys
@@ -111,11 +110,8 @@ def test_every_reason_code_travels_with_its_status_and_nothing_else_is_one():
 
 
 @pytest.mark.parametrize("name", ["Hit", "Turn"])
-def test_the_clients_values_are_the_stores_field_for_field(name: str):
-    def shape(cls: type) -> list[tuple[str, object]]:
-        return [(field.name, field.type) for field in dataclasses.fields(cls)]
-
-    assert shape(getattr(values, name)) == shape(getattr(store_values, name))
+def test_the_client_answers_the_stores_own_values(name: str):
+    assert getattr(values, name) is getattr(store_values, name)  # one class: a search answers the same either way
 
 
 def test_the_client_imports_nothing_of_the_server_or_the_store():

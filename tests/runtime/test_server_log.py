@@ -1,7 +1,11 @@
 """A real server's log is whole and content-free (R16, R40): ``kagent-memory-governed static`` as a process,
 with kagent's own logging set-up and uvicorn's access log, its model and embeddings behind a loopback
 provider and its controller on a loopback port, through a governed lifecycle. Its output, as the
-formatters wrote it, holds no logging error, one access line per request, and nothing remembered."""
+formatters wrote it, holds no logging error, one access line per request, and nothing remembered.
+
+In remote mode (``KAGENT_GOVERNED_MEMORY_TEST_SERVICE=on``) the agent server holds no database or key-store
+setting and reaches memory through the suite's memory service (``serve``, a process too), which the bridge's
+control calls reach; the service's own output is held to the same: nothing remembered, no traceback."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ from pathlib import Path
 import httpx
 from controller import FakeController, listening
 from providers import Provider, ToolCall, View
+from service import REMOTE, Service
 from support import pod_environment, serve, wait_for_health
 
 from kagent_memory_governed.testing import CARD, CONFIG, HOMESERVER, Bridge
@@ -40,9 +45,20 @@ def message(method: str, text: str, context: str) -> dict:
     return {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": {"message": payload}}
 
 
+def remote_environment(env: dict[str, str], service: Service, token: Path) -> dict[str, str]:
+    """An agent pod's environment in remote mode: the service's URL and its projected token, no credential."""
+    held = ("DATABASE_URL", "KEY_STORE")
+    env = {name: value for name, value in env.items() if name.removeprefix("KAGENT_GOVERNED_MEMORY_") not in held}
+    return env | {
+        "KAGENT_GOVERNED_MEMORY_SERVICE_URL": service.data,
+        "KAGENT_GOVERNED_MEMORY_SERVICE_TOKEN": str(token),
+    }
+
+
 def test_a_served_lifecycle_logs_one_access_line_a_request_no_logging_error_and_nothing_remembered(
-    tmp_path: Path, bridge: Bridge, database_url: str, store
+    tmp_path: Path, bridge: Bridge, database_url: str, store, request
 ):
+    service: Service | None = request.getfixturevalue("memory_service") if REMOTE else None
     fake = FakeController()
     with Provider(script) as provider, listening(fake) as controller_url:
         model = {"type": "openai", "model": "gpt-4o-mini", "base_url": f"{provider.url}/v1"}
@@ -50,12 +66,16 @@ def test_a_served_lifecycle_logs_one_access_line_a_request_no_logging_error_and_
         config = {**CONFIG, "model": model, "memory": {"ttl_days": 7, "embedding": embedding}}
         env = pod_environment(tmp_path, bridge, database_url, KAGENT_URL=controller_url, OPENAI_API_KEY="test-key")
         env.pop("KAGENT_GOVERNED_MEMORY")  # the console script installs governed memory itself
+        if service is not None:
+            env = remote_environment(env, service, request.getfixturevalue("pod_token"))
+            served_from = service.log.stat().st_size
         log = tmp_path / "server.log"
         server, url = serve(tmp_path, env, config=config, card={**CARD, "capabilities": {"streaming": True}}, log=log)
         sent: list[tuple[str, str, int]] = []
         try:
             assert wait_for_health(server, url) is not None
-            with httpx.Client(base_url=url, timeout=60) as http:
+            control_url = service.control if service is not None else url
+            with httpx.Client(base_url=url, timeout=60) as http, httpx.Client(base_url=control_url) as bridged:
 
                 def call(method: str, path: str, expected: int = 200, **kwargs) -> httpx.Response:
                     answer = http.request(method, path, **kwargs)
@@ -64,8 +84,12 @@ def test_a_served_lifecycle_logs_one_access_line_a_request_no_logging_error_and_
                     return answer
 
                 def control(method: str, path: str, op: str, body: dict | None = None) -> dict:
-                    token = bridge.sign(time.time(), "control", op=op)
-                    return call(method, path, json=body, headers={"Authorization": f"Bearer {token}"}).json()
+                    headers = {"Authorization": f"Bearer {bridge.sign(time.time(), 'control', op=op)}"}
+                    if service is None:  # the agent serves the control API: its access log has each call
+                        return call(method, path, json=body, headers=headers).json()
+                    answer = bridged.request(method, path, json=body, headers=headers)  # the service serves it
+                    assert answer.status_code == 200, answer.text
+                    return answer.json()
 
                 def say(text: str, context: str, *, header: bool = True, stream: bool = False) -> str:
                     headers = {"X-User-Id": ALICE}
@@ -102,3 +126,9 @@ def test_a_served_lifecycle_logs_one_access_line_a_request_no_logging_error_and_
     assert "SENTINEL" not in output and "locker" not in output
     assert not fake.received("SENTINEL-LOCKER-4711", since=saved)
     assert json.dumps(FACT) not in output
+    if service is not None:  # what the service wrote meanwhile: nothing remembered, no traceback
+        with service.log.open() as served_log:
+            served_log.seek(served_from)
+            theirs = served_log.read()
+        assert "SENTINEL" not in theirs and "locker" not in theirs and "Traceback" not in theirs
+        # and ``served == sent`` above: none of the bridge's calls reached the agent pod
