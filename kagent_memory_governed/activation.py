@@ -12,6 +12,7 @@ import os
 import sys
 
 from kagent_memory_governed.errors import ConfigurationError
+from kagent_memory_governed.mode import refuse_in_process_in_pod
 from kagent_memory_governed.settings import SWITCH, Settings
 
 ENVIRONMENT_SWITCH = SWITCH
@@ -29,6 +30,7 @@ def activate_from_environment() -> None:
             raise ConfigurationError(f"{ENVIRONMENT_SWITCH} must be 'on' or 'off'")
         settings = Settings.load()
         settings.trust()  # a configuration error ends the process before kagent-adk is even imported
+        refuse_in_process_in_pod(settings)
         from kagent_memory_governed.adk.runtime import install
 
         install(settings=settings)
