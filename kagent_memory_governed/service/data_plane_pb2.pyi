@@ -30,10 +30,14 @@ class AdmitReply(_message.Message):
     def __init__(self) -> None: ...
 
 class SearchRequest(_message.Message):
-    __slots__ = ("embeddings",)
+    __slots__ = ("embeddings", "operation", "explicit")
     EMBEDDINGS_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    EXPLICIT_FIELD_NUMBER: _ClassVar[int]
     embeddings: _containers.RepeatedCompositeFieldContainer[Vector]
-    def __init__(self, embeddings: _Optional[_Iterable[_Union[Vector, _Mapping]]] = ...) -> None: ...
+    operation: str
+    explicit: bool
+    def __init__(self, embeddings: _Optional[_Iterable[_Union[Vector, _Mapping]]] = ..., operation: _Optional[str] = ..., explicit: bool = ...) -> None: ...
 
 class Hit(_message.Message):
     __slots__ = ("entry_id", "text", "score", "created_at", "expires_at")
@@ -70,12 +74,16 @@ class Fact(_message.Message):
     def __init__(self, text: _Optional[str] = ..., embedding: _Optional[_Union[Vector, _Mapping]] = ...) -> None: ...
 
 class WriteRequest(_message.Message):
-    __slots__ = ("facts", "expires_in")
+    __slots__ = ("facts", "expires_in", "operation", "explicit")
     FACTS_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_IN_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    EXPLICIT_FIELD_NUMBER: _ClassVar[int]
     facts: _containers.RepeatedCompositeFieldContainer[Fact]
     expires_in: int
-    def __init__(self, facts: _Optional[_Iterable[_Union[Fact, _Mapping]]] = ..., expires_in: _Optional[int] = ...) -> None: ...
+    operation: str
+    explicit: bool
+    def __init__(self, facts: _Optional[_Iterable[_Union[Fact, _Mapping]]] = ..., expires_in: _Optional[int] = ..., operation: _Optional[str] = ..., explicit: bool = ...) -> None: ...
 
 class WriteReply(_message.Message):
     __slots__ = ("entry_ids",)

@@ -70,21 +70,25 @@ class DataPlaneServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Admit(self, request, context):
-        """Admit memory work before any model or embedding call: the fence, the sender's rate (explicit), the units.
+        """Whether memory work would be admitted now, before any model or embedding call: the fence, the sender's rate
+        (explicit), the units. A summarization is admitted and recorded here; a search or a write is only checked,
+        and admitted and recorded by its Search or Write: so no search and no write escapes the limits.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Search(self, request, context):
-        """The live entries nearest each embedding: at most 5 hits each, each scoring at least 0.3 (fixed here).
+        """Admit the search (one unit an embedding), then the live entries nearest each embedding: at most 5 hits
+        each, each scoring at least 0.3 (fixed here).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Write(self, request, context):
-        """Store facts, all or none; the ids of the entries, in order (a live equal fact answers its own id).
+        """Admit the write (one unit a fact), then store the facts, all or none; the ids of the entries, in order (a
+        live equal fact answers its own id).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

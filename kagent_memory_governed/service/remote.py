@@ -36,6 +36,8 @@ from kagent_memory_governed.service.values import Fact, Hit, Turn
 
 URL_SETTING = "KAGENT_GOVERNED_MEMORY_SERVICE_URL"
 _scope_token: ContextVar[str | None] = ContextVar("governed_memory_scope_token", default=None)
+# the work this context's last ``admit`` checked: the service admits the search or write that follows as that work
+_admitted: ContextVar[tuple[str, bool]] = ContextVar("governed_memory_admitted", default=("", False))
 
 
 def carry(token: str | None) -> Token[str | None]:
@@ -155,20 +157,26 @@ class RemoteStore:
     async def admit(
         self, key: ScopeKey, generation: int, operation: str, *, units: int = 0, explicit: bool = False
     ) -> None:
-        """``Store.admit`` at the service. Refuses as it does, and ``service_unavailable``."""
+        """``Store.admit`` at the service. Refuses as it does, and ``service_unavailable``. A search or a write is
+        only checked here: the service spends it when it is done (``search_many``, ``write``)."""
         units = admit_int(units, low=0, high=2**32 - 1)
         request = pb.AdmitRequest(operation=str(operation), units=units, explicit=explicit)
         await self._call(self._opened().Admit, request, (key, generation), pb.AdmitReply)
+        _admitted.set((str(operation), explicit))
 
     async def write(
         self, key: ScopeKey, generation: int, facts: Sequence[Fact], *, expires_in: int | None = None
     ) -> list[uuid.UUID]:
-        """``Store.write`` at the service: all or none; the entry ids in order."""
+        """``Store.write`` at the service: all or none; the entry ids in order. The service admits it, recording it
+        as used, as the work this context's last ``admit`` checked (``save`` or ``autosave``)."""
         if self._expiry_ceiling is not None:
             expires_in = self._expiry_ceiling if expires_in is None else min(expires_in, self._expiry_ceiling)
+        operation, explicit = _admitted.get()
         request = pb.WriteRequest(
             facts=[pb.Fact(text=fact.text, embedding=pb.Vector(values=fact.embedding)) for fact in facts],
             expires_in=expires_in,
+            operation=operation,
+            explicit=explicit,
         )
         reply = await self._call(self._opened().Write, request, (key, generation), pb.WriteReply)
         ids = [_uuid(entry) for entry in reply.entry_ids]
@@ -193,8 +201,12 @@ class RemoteStore:
         min_score: float = 0.0,
     ) -> list[list[Hit]]:
         """``Store.search_many`` at the service, which fixes the bounds: at most ``wire.SEARCH_TOP_K`` hits each,
-        each scoring at least ``wire.SEARCH_MIN_SCORE``; a stricter ``top_k`` or ``min_score`` narrows them here."""
-        request = pb.SearchRequest(embeddings=[pb.Vector(values=vector) for vector in embeddings])
+        each scoring at least ``wire.SEARCH_MIN_SCORE``; a stricter ``top_k`` or ``min_score`` narrows them here.
+        The service admits it, recording it as used, as the work this context's last ``admit`` checked
+        (``prefetch`` or ``load``)."""
+        operation, explicit = _admitted.get()
+        vectors = [pb.Vector(values=vector) for vector in embeddings]
+        request = pb.SearchRequest(embeddings=vectors, operation=operation, explicit=explicit)
         reply = await self._call(self._opened().Search, request, (key, generation), pb.SearchReply)
         if len(reply.results) != len(embeddings):
             raise _unavailable("bad_answer")

@@ -35,8 +35,13 @@ from kagent_memory_governed.store import Hit, NewFact, Store
 
 logger = logging.getLogger(__name__)
 Reply = TypeVar("Reply")
-# what the runtime admits (adk/service.py); load and save are explicit: rate limited per sender, whatever is asked
-ADMITTED = frozenset({Operation.PREFETCH, Operation.LOAD, Operation.SAVE, Operation.AUTOSAVE, Operation.SUMMARIZE})
+# what the runtime admits (adk/service.py); load and save are explicit: rate limited per sender, whatever is asked.
+# A search or a write is admitted, and recorded as used, by the Search or Write that does it (Admit only checks it
+# beforehand): a caller that skips Admit is held to the limits all the same. A summarization is the runtime's own
+# model call: Admit records it.
+SEARCHES = frozenset({Operation.PREFETCH, Operation.LOAD})
+WRITES = frozenset({Operation.SAVE, Operation.AUTOSAVE})
+ADMITTED = SEARCHES | WRITES | {Operation.SUMMARIZE}
 EXPLICIT = frozenset({Operation.LOAD, Operation.SAVE})
 
 
@@ -80,20 +85,25 @@ class DataPlane:
 
     async def Admit(self, request: pb.AdmitRequest, context: grpc.aio.ServicerContext) -> pb.AdmitReply:
         async def admit(scope: Scope) -> pb.AdmitReply:
-            try:
-                operation = Operation(request.operation)
-            except ValueError:
-                raise GovernedMemoryError(Reason.BAD_INPUT) from None
-            if operation not in ADMITTED:
-                raise GovernedMemoryError(Reason.BAD_INPUT)
+            operation = _operation(request.operation, ADMITTED)
             explicit = request.explicit or operation in EXPLICIT
-            await self._store.admit(scope.key, scope.generation, operation, units=request.units, explicit=explicit)
+            spend = operation not in SEARCHES | WRITES  # those are spent by their Search or Write
+            await self._store.admit(
+                scope.key, scope.generation, operation, units=request.units, explicit=explicit, spend=spend
+            )
             return pb.AdmitReply()
 
         return await self._serve("admit", context, admit)
 
+    async def _spend(self, scope: Scope, name: str, allowed: frozenset[Operation], units: int, explicit: bool) -> None:
+        """Admit a search or a write, recording it as used: the same rules ``Admit`` checked."""
+        operation = _operation(name, allowed)
+        explicit = explicit or operation in EXPLICIT
+        await self._store.admit(scope.key, scope.generation, operation, units=units, explicit=explicit)
+
     async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchReply:
         async def search(scope: Scope) -> pb.SearchReply:
+            await self._spend(scope, request.operation, SEARCHES, len(request.embeddings), request.explicit)
             vectors = [list(vector.values) for vector in request.embeddings]  # the store takes lists, not containers
             found = await self._store.search_many(
                 scope.key, scope.generation, vectors, top_k=wire.SEARCH_TOP_K, min_score=wire.SEARCH_MIN_SCORE
@@ -104,6 +114,7 @@ class DataPlane:
 
     async def Write(self, request: pb.WriteRequest, context: grpc.aio.ServicerContext) -> pb.WriteReply:
         async def write(scope: Scope) -> pb.WriteReply:
+            await self._spend(scope, request.operation, WRITES, len(request.facts), request.explicit)
             facts = [NewFact(fact.text, list(fact.embedding.values)) for fact in request.facts]
             expires_in = request.expires_in if request.HasField("expires_in") else None
             ids = await self._store.write(scope.key, scope.generation, facts, expires_in=expires_in)
@@ -197,6 +208,16 @@ def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
             raise GovernedMemoryError(Reason.BAD_IDENTITY if name == wire.AUTHORIZATION else Reason.BAD_ASSERTION)
         found[name] = value
     return found
+
+
+def _operation(name: str, allowed: frozenset[Operation]) -> Operation:
+    try:
+        operation = Operation(name)
+    except ValueError:
+        raise GovernedMemoryError(Reason.BAD_INPUT) from None
+    if operation not in allowed:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    return operation
 
 
 def _identifier(value: str) -> str:

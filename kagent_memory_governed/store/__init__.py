@@ -44,10 +44,9 @@ the key store has destroyed the erased keys) one call of a procedure that delete
 from __future__ import annotations
 
 import uuid
-from collections.abc import Coroutine, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import datetime
-from typing import Any, TypeVar
 
 from sqlalchemy.ext.asyncio import AsyncEngine
 
@@ -77,8 +76,6 @@ from kagent_memory_governed.store.values import (
     Turn,
     turn_ref,
 )
-
-T = TypeVar("T")
 
 
 class Store:
@@ -190,28 +187,35 @@ class Store:
         """Enable ``key`` for a purpose under a policy version and advance its generation (R6, R7).
         An unfinished erasure of the scope is completed first; if it still cannot be, refuses
         ``erasure_pending``/``erasure_failed``. Refuses ``bad_input`` labels."""
-        return await self._finished_first(
-            key, grants.grant(self._db, key, purpose=purpose, policy_version=policy_version, valid_until=valid_until)
-        )
+        granting = grants.grant(self._db, key, purpose=purpose, policy_version=policy_version, valid_until=valid_until)
+        return await erasure.finished_first(self._db, key.scope_id, granting)
 
     async def status(self, key: ScopeKey) -> Status:
         """The scope's consent, effective limits, live entries (those whose keys the key store holds: never one that
         cannot be shown) and last erasure (R10). A scope behind the key store is brought forward and an unfinished
         erasure completed first; if it still cannot be, the answer says so (disabled, ``pending``/``failed``)."""
-        return await self._finished_first(key, grants.status(self._db, key))
+        return await erasure.finished_first(self._db, key.scope_id, grants.status(self._db, key))
 
     # -- admission (before any model or embedding call) ---------------------------------------------
 
     async def admit(
-        self, key: ScopeKey, generation: int, operation: str, *, units: int = 0, explicit: bool = False
+        self,
+        key: ScopeKey,
+        generation: int,
+        operation: str,
+        *,
+        units: int = 0,
+        explicit: bool = False,
+        spend: bool = True,
     ) -> None:
         """Admit memory work before any model or embedding call (R21-R26), in one transaction shared by
         every replica: the consent fence, then (``explicit``) the sender/agent rate limit, then ``units``
-        of the scope's hourly ceiling. Admitted work is recorded as used; refused work is not.
+        of the scope's hourly ceiling. Admitted work is recorded as used (``spend=False``: only checked); refused
+        work is not.
         Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``, and ``store_regressed`` when the key store
         saw a later erasure of the scope than the database has (``reconcile``). ``write`` and ``search`` fence
         again in their own transaction: admission is a gate, not the fence."""
-        await admission.admit_work(self._db, key, generation, operation, units=units, explicit=explicit)
+        await admission.admit_work(self._db, key, generation, operation, units=units, explicit=explicit, spend=spend)
 
     async def claim_once(self, jti: str, valid_until: datetime) -> None:
         """Accept a token id once, on every replica; a second claim is ``assertion_replayed``. Decided on the
@@ -274,7 +278,7 @@ class Store:
             self._db, key, generation, session_id, invocation_id, recalled=recalled
         )
         if refusal is Reason.CONSENT_DISABLED:  # the scope may be disabled by an unfinished erasure
-            await self._finish(key)
+            await caught_up(self._db, key.scope_id)
         return waiting
 
     async def collect_turns(
@@ -294,14 +298,15 @@ class Store:
         Refuses ``bad_input`` for a limit outside 1..50 and for a cursor not issued for this scope. An
         unfinished erasure is completed first; if it still cannot be, refuses ``erasure_pending``/
         ``erasure_failed``: entries being erased are never shown, only the scope's state is (``status``)."""
-        return await self._finished_first(key, data.inspect(self._db, key, limit=limit, cursor=cursor))
+        page = data.inspect(self._db, key, limit=limit, cursor=cursor)
+        return await erasure.finished_first(self._db, key.scope_id, page)
 
     async def forget(self, key: ScopeKey, entry_id: uuid.UUID) -> Erased:
         """Erase exactly one entry and verify it unreadable (R12). Fences like every erasure: the
         generation advances, so stale work cannot re-add what was forgotten. Refuses ``not_found``
         (no such entry in this scope) and, during an unfinished erasure that cannot be completed first,
         ``erasure_pending``/``erasure_failed``."""
-        return await self._finished_first(key, erasure.forget(self._db, key, entry_id))
+        return await erasure.finished_first(self._db, key.scope_id, erasure.forget(self._db, key, entry_id))
 
     async def forget_all(self, key: ScopeKey) -> Erased:
         """Erase every entry of ``key`` and verify none is left; consent stays as it was (R13).
@@ -327,20 +332,6 @@ class Store:
         after all of that if an erasure still could not be verified (its scope stays disabled until a later
         run completes it)."""
         return await maintenance.sweep(self._db, batch=batch)
-
-    async def _finished_first(self, key: ScopeKey, work: Coroutine[Any, Any, T]) -> T:
-        """``work``, once an unfinished erasure of ``key`` is completed: the control plane's one spelling (the data
-        plane's is ``erasure.finishing``, which completes one only when the fence refuses). If it still cannot be
-        completed, ``work`` refuses or reports it from the scope's state."""
-        try:
-            await self._finish(key)
-        except BaseException:
-            work.close()
-            raise
-        return await work
-
-    async def _finish(self, key: ScopeKey) -> None:
-        await caught_up(self._db, key.scope_id)
 
 
 __all__ = [

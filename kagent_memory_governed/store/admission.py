@@ -35,15 +35,18 @@ from kagent_memory_governed.store.database import Database, raise_refusal, recor
 
 
 async def admit_work(
-    db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool
+    db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool, spend: bool = True
 ) -> None:
     """``admit``, then the scope's keyring, fetched meanwhile for the work, compared with the work's generation:
     a keyring that records a later erasure than the work's generation refuses it, ``store_regressed`` once the
-    scope is brought forward if the database was behind the key store (``reconcile``), else ``consent_stale``."""
+    scope is brought forward if the database was behind the key store (``reconcile``), else ``consent_stale``.
+    ``spend=False`` only checks: admitted, nothing is recorded as used (the memory service admits a search or a
+    write again, recording it, in the call that does it)."""
     sid = key.scope_id
     pending = db.keys.start(sid, generation)
+    work = admit(db, key, generation, operation, units=units, explicit=explicit, spend=spend)
     try:
-        await erasure.finishing(db, sid, admit(db, key, generation, operation, units=units, explicit=explicit))
+        await erasure.finishing(db, sid, work)
         keyring = await db.keys.ring(sid, generation, task=pending)
     except GovernedMemoryError as refused:
         db.keys.cancel(sid, pending)  # refused work reads no key
@@ -58,7 +61,9 @@ async def admit_work(
         await reconcile.refuse_behind(db, sid, fence, operation)
 
 
-async def admit(db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool) -> None:
+async def admit(
+    db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool, spend: bool = True
+) -> None:
     sid = key.scope_id
     async with db.checking(operation, scope_id=sid):
         admit_generation(generation)
@@ -74,6 +79,9 @@ async def admit(db: Database, key: ScopeKey, generation: int, operation: str, *,
         "per_minute": db.policy.explicit_ops_per_minute,
         "per_hour": db.policy.scope_ops_per_hour,
     }
+    if not spend:
+        await db.rehearse(functions.ADMIT, parameters)
+        return
     raise_refusal(await db.call(functions.ADMIT, parameters))
 
 

@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import uuid
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
 from contextlib import suppress
 from datetime import datetime
 from typing import Any, TypeVar
@@ -146,6 +146,18 @@ async def finish_all(db: Database, *, batch: int) -> int:
         if len(found) < batch:
             return failed
         after = found[-1]
+
+
+async def finished_first(db: Database, sid: uuid.UUID, work: Coroutine[Any, Any, T]) -> T:
+    """``work``, once an unfinished erasure of the scope is completed: the control plane's one spelling (the data
+    plane's is ``finishing``, which completes one only when the fence refuses). If it still cannot be completed,
+    ``work`` refuses or reports it from the scope's state."""
+    try:
+        await caught_up(db, sid)
+    except BaseException:
+        work.close()
+        raise
+    return await work
 
 
 async def finishing(db: Database, sid: uuid.UUID, work: Awaitable[T]) -> T:

@@ -119,6 +119,7 @@ async def test_each_call_round_trips_through_the_service(store: Store, bridge: B
         ids = await client.write(key, generation, facts("likes green tea", "lives in Lisbon"))
         assert len(ids) == 2 and all(isinstance(entry, uuid.UUID) for entry in ids)
         assert await client.write(key, generation, facts("likes  green tea")) == ids[:1]  # a live fact, its own id
+        await client.admit(key, generation, "prefetch", units=1)  # each search or write is admitted
         [hits] = await client.search_many(key, generation, [embed("likes green tea")])
         assert hits[0].entry_id == ids[0] and hits[0].text == "likes green tea" and hits[0].score > 0.9
         assert hits[0].created_at.tzinfo is not None and hits[0].expires_at > hits[0].created_at
@@ -141,6 +142,7 @@ async def test_the_service_answers_the_stores_refusals_as_reason_codes(
         assert await refusal(client.admit(key, 1, "save", units=1)) is Reason.CONSENT_MISSING
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     with presenting(token_for(bridge, key, generation)):
+        await client.admit(key, generation, "save", units=1)
         assert await refusal(client.write(key, generation, facts("x" * 600))) is Reason.FACT_TOO_LARGE
         assert await refusal(client.admit(key, generation, "grant", units=1)) is Reason.BAD_INPUT  # not the runtime's
         assert await refusal(client.record_turn(key, generation, "", "i", recalled=False)) is Reason.BAD_INPUT
@@ -178,7 +180,8 @@ async def test_a_refused_token_answers_its_reason_code(
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     token = token_for(bridge, key, generation, **changes)
     metadata = [("authorization", "Bearer token-of-helper"), ("x-memory-scope", token)]
-    request = pb.WriteRequest(facts=[pb.Fact(text="planted", embedding=pb.Vector(values=embed("planted")))])
+    planted = [pb.Fact(text="planted", embedding=pb.Vector(values=embed("planted")))]
+    request = pb.WriteRequest(facts=planted, operation="save")
     assert await raw(port, "Write", request, metadata) == (status(reason), reason.value)
     assert (await store.status(key)).entries == 0
 
@@ -254,11 +257,15 @@ async def test_one_service_keeps_two_agents_apart(store: Store, bridge: Bridge, 
     other = RemoteStore.connect(f"http://127.0.0.1:{port}", token_file=bearer_file(tmp_path, "token-of-other"))
     generations = [(await store.grant(k, purpose="assist", policy_version="v1")).generation for k in (mine, theirs)]
     with presenting(token_for(bridge, mine, generations[0])):
+        await helper.admit(mine, generations[0], "save", units=1)
         await helper.write(mine, generations[0], facts("likes green tea"))
     with presenting(token_for(bridge, theirs, generations[1])):
+        await other.admit(theirs, generations[1], "prefetch", units=1)
         assert await other.search(theirs, generations[1], embed("likes green tea")) == []
+        await other.admit(theirs, generations[1], "save", units=1)
         await other.write(theirs, generations[1], facts("prefers coffee"))
     with presenting(token_for(bridge, mine, generations[0])):
+        await helper.admit(mine, generations[0], "prefetch", units=1)
         assert [hit.text for hit in await helper.search(mine, generations[0], embed("prefers coffee"))] == []
     assert [(await store.status(k)).entries for k in (mine, theirs)] == [1, 1]
     await helper.close()
@@ -273,8 +280,11 @@ async def test_nothing_of_a_fact_reaches_a_log_line_or_a_status(
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     errors: list[GovernedMemoryError] = []
     with presenting(token_for(bridge, key, generation)):
+        await client.admit(key, generation, "save", units=1)
         await client.write(key, generation, facts(SENTINEL))
+        await client.admit(key, generation, "load", units=1)
         assert (await client.search(key, generation, embed(SENTINEL)))[0].text == SENTINEL
+        await client.admit(key, generation, "save", units=1)
         for work in (client.write(key, generation, facts(SENTINEL * 10)), client.write(key, generation + 1, [])):
             with pytest.raises(GovernedMemoryError) as refused:
                 await work
@@ -373,3 +383,80 @@ def test_plaintext_goes_to_a_loopback_address_only(store: Store, bridge: Bridge,
         RemoteStore.connect("https://memory.example:7443", token_file=token)  # no CA: no verify-full
     with pytest.raises(ValueError):
         server.build(plane(store, bridge), "0.0.0.0:0", tls=None)
+
+
+# -- metering: a caller that skips Admit is held to the limits all the same ------------------------------------
+
+
+HOURLY = "SELECT coalesce(sum(units), 0) FROM governed_memory.usage WHERE kind = 'hourly'"
+
+
+def vectors(count: int) -> list[pb.Vector]:
+    return [pb.Vector(values=embed(f"probe {index}")) for index in range(count)]
+
+
+async def test_searches_and_writes_without_admit_are_spent_against_the_hourly_ceiling(
+    store: Store, bridge: Bridge, port: int, sql
+):
+    key = scope_key()
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    metadata = [("authorization", "Bearer token-of-helper"), ("x-memory-scope", token_for(bridge, key, generation))]
+    probe = pb.SearchRequest(embeddings=vectors(8), operation="prefetch")  # no Admit before any of them
+    searches = [await raw(port, "Search", probe, metadata) for _ in range(8)]
+    assert searches == [(grpc.StatusCode.OK, "")] * 7 + [(status(Reason.HOURLY_CEILING), "hourly_ceiling")]
+    assert await sql.fetchval(HOURLY) == 56  # 60 an hour: seven searches of eight embeddings, the eighth refused
+    fact = pb.Fact(text="planted", embedding=pb.Vector(values=embed("planted")))
+    ok = (grpc.StatusCode.OK, "")
+    assert await raw(port, "Write", pb.WriteRequest(facts=[fact] * 4, operation="autosave"), metadata) == ok
+    planted = pb.WriteRequest(facts=[fact], operation="save")
+    assert await raw(port, "Write", planted, metadata) == (status(Reason.HOURLY_CEILING), "hourly_ceiling")
+    assert await sql.fetchval(HOURLY) == 60 and (await store.status(key)).entries == 1
+
+
+async def test_admit_only_checks_a_search_or_a_write_and_records_a_summarization(
+    store: Store, bridge: Bridge, client: RemoteStore, sql
+):
+    key = scope_key()
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    with presenting(token_for(bridge, key, generation)):
+        for operation in ("prefetch", "load", "save", "autosave") * 10:  # forty checks of 8 units: none recorded
+            await client.admit(key, generation, operation, units=8)
+        assert await sql.fetchval(HOURLY) == 0
+        await client.admit(key, generation, "summarize", units=1)  # the runtime's own model call: recorded here
+        assert await sql.fetchval(HOURLY) == 1
+        await client.admit(key, generation, "load", units=2, explicit=True)
+        await client.search_many(key, generation, [embed("a"), embed("b")])  # spent by the search itself
+        assert await sql.fetchval(HOURLY) == 3
+        # a check over the ceiling is refused as the spending would be, and spends nothing
+        assert await refusal(client.admit(key, generation, "prefetch", units=58)) is Reason.HOURLY_CEILING
+        assert await sql.fetchval(HOURLY) == 3
+
+
+async def test_an_explicit_search_is_rate_limited_per_sender_where_it_is_done(store: Store, bridge: Bridge, port: int):
+    key = scope_key()
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    metadata = [("authorization", "Bearer token-of-helper"), ("x-memory-scope", token_for(bridge, key, generation))]
+    load = pb.SearchRequest(embeddings=vectors(1), operation="load")  # load is explicit whatever the flag says
+    answers = [await raw(port, "Search", load, metadata) for _ in range(4)]
+    assert answers == [(grpc.StatusCode.OK, "")] * 3 + [(status(Reason.RATE_LIMITED), "rate_limited")]  # burst 3
+
+
+@pytest.mark.parametrize(
+    ("method", "request_"),
+    [
+        ("Search", pb.SearchRequest(embeddings=vectors(1))),  # no operation: not admitted work
+        ("Search", pb.SearchRequest(embeddings=vectors(1), operation="save")),
+        ("Search", pb.SearchRequest(embeddings=vectors(1), operation="summarize")),
+        ("Write", pb.WriteRequest(facts=[pb.Fact(text="x", embedding=pb.Vector(values=embed("x")))], operation="load")),
+        ("Write", pb.WriteRequest(facts=[pb.Fact(text="x", embedding=pb.Vector(values=embed("x")))])),
+    ],
+    ids=["search-unnamed", "search-as-save", "search-as-summarize", "write-as-load", "write-unnamed"],
+)
+async def test_a_search_or_write_named_as_other_work_is_bad_input_and_spends_nothing(
+    store: Store, bridge: Bridge, port: int, sql, method: str, request_: object
+):
+    key = scope_key()
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    metadata = [("authorization", "Bearer token-of-helper"), ("x-memory-scope", token_for(bridge, key, generation))]
+    assert await raw(port, method, request_, metadata) == (status(Reason.BAD_INPUT), "bad_input")
+    assert await sql.fetchval(HOURLY) == 0 and (await store.status(key)).entries == 0

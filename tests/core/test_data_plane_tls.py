@@ -59,10 +59,12 @@ async def test_every_call_round_trips_over_tls_verified_against_the_ca(store: St
         with presenting(token_for(bridge, key, generation)):
             await client.admit(key, generation, "save", units=1, explicit=True)
             [entry] = await client.write(key, generation, facts("likes green tea"))
-            assert [hit.entry_id for hit in await client.search(key, generation, embed("likes green tea"))] == [entry]
-            assert await client.record_turn(key, generation, "s", "i", recalled=False) == 1
         with presenting(token_for(bridge, key, generation + 1)):  # signed, but for a generation not granted
             assert await refusal(client.write(key, generation + 1, facts("stale"))) is Reason.CONSENT_STALE
+        with presenting(token_for(bridge, key, generation)):
+            await client.admit(key, generation, "load", units=1, explicit=True)
+            assert [hit.entry_id for hit in await client.search(key, generation, embed("likes green tea"))] == [entry]
+            assert await client.record_turn(key, generation, "s", "i", recalled=False) == 1
         await client.close()
 
 

@@ -64,6 +64,7 @@ async def test_the_service_serves_the_bridge_and_the_runtime_of_each_agent_it_ho
         try:
             await runtime.admit(_key(subject), generation, "save", units=1, explicit=True)
             [entry] = await runtime.write(_key(subject), generation, facts("likes green tea"))
+            await runtime.admit(_key(subject), generation, "load", units=1, explicit=True)
             [hit] = await runtime.search(_key(subject), generation, embed("likes green tea"))
             assert (hit.entry_id, hit.text) == (entry, "likes green tea")
         finally:
