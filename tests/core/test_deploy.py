@@ -37,6 +37,7 @@ import jsonschema
 import kubernetes_validate
 import pytest
 import yaml
+from manifests import render, rendered
 
 from kagent_memory_governed import cli, health, metering
 from kagent_memory_governed.activation import ENVIRONMENT_SWITCH
@@ -82,19 +83,6 @@ STORE_SECRETS = {
     "governed-memory-key-store-ca",
     TLS_SECRET,
 }
-
-
-@functools.cache
-def rendered(overlay: str) -> tuple[dict, ...]:
-    """What ``kubectl kustomize deploy/overlays/<overlay>`` renders."""
-    return render(DEPLOY / "overlays" / overlay)
-
-
-def render(directory: Path) -> tuple[dict, ...]:
-    kubectl = shutil.which("kubectl")
-    assert kubectl, "kubectl (with kustomize) is needed to render deploy/overlays"
-    out = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=True).stdout
-    return tuple(doc for doc in yaml.safe_load_all(out) if doc)
 
 
 def secrets() -> list[dict]:
