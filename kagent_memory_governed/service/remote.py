@@ -90,6 +90,9 @@ class RemoteStore:
         options = [
             ("grpc.max_receive_message_length", wire.MAX_MESSAGE_BYTES),
             ("grpc.max_send_message_length", wire.MAX_MESSAGE_BYTES),
+            ("grpc.initial_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[0]),
+            ("grpc.min_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[0]),
+            ("grpc.max_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[1]),
         ]
         if parts.scheme == "http":
             if not wire.is_loopback(host):

@@ -18,6 +18,8 @@ from kagent_memory_governed.errors import Reason
 SCOPE = "x-memory-scope"  # the bridge-signed JWS, exactly as the runtime received it in ``X-Memory-Scope``
 AUTHORIZATION = "authorization"  # ``Bearer <workload identity token>``: which agent calls
 MAX_MESSAGE_BYTES = 1 << 20  # a write of 100 facts of 512 bytes with 768-d vectors is about 360 KiB
+# a replica that comes back is reached again within this (gRPC's default backoff grows to 120 s)
+RECONNECT_BACKOFF_MS = (200, 2000)
 SEARCH_TOP_K = 5  # hits per embedding, fixed by the service (ADR 0001)
 SEARCH_MIN_SCORE = 0.3
 MAX_TOKEN_CHARS = 4096  # assertion.MAX_TOKEN_BYTES (not imported: assertion reaches the store package)

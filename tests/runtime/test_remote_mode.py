@@ -9,17 +9,21 @@ from __future__ import annotations
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import httpx
 import pytest
-from service import Service
+from controller import FakeController, listening
+from providers import Provider, ToolCall, View
+from service import Service, environment, start, stop
 from support import pod_environment, serve, wait_for_health
 
 from kagent_memory_governed.adk import request
 from kagent_memory_governed.adk.service import AUTOSAVE_MIN_TOKEN_SECONDS, GovernedMemoryService
 from kagent_memory_governed.service.remote import RemoteStore
-from kagent_memory_governed.testing import Bridge, ScriptedModel, new_context
+from kagent_memory_governed.service.wire import RECONNECT_BACKOFF_MS
+from kagent_memory_governed.testing import CONFIG, Bridge, ScriptedModel, new_context
 from kagent_memory_governed.testing.bridge import HOMESERVER
 from kagent_memory_governed.testing.embedder import local_embedder
 
@@ -143,3 +147,69 @@ async def test_an_auto_save_through_the_service_starts_only_with_a_minute_of_its
     assert bool(service._background) is scheduled  # refused before any work: no task, no model call
     await service.drain()  # the scheduled one fails closed against the unreachable service
     assert model.chats == []
+
+
+def _recalling(view: View) -> str | ToolCall:
+    if view.tool_result is not None:
+        return f"tool said: {view.tool_result}"
+    return ToolCall("load_memory", {"query": "anything I told you"})
+
+
+def _message(text: str) -> dict:
+    parts = [{"kind": "text", "text": text}]
+    payload = {
+        "kind": "message",
+        "role": "user",
+        "messageId": uuid.uuid4().hex,
+        "contextId": new_context(),
+        "parts": parts,
+    }
+    return {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": "message/send", "params": {"message": payload}}
+
+
+def test_the_service_gone_mid_run_the_turn_answers_memory_free_and_readiness_says_why(
+    tmp_path: Path, bridge: Bridge, database_url: str, store, kube, pod_token: Path, governed_private_key
+):
+    """A service killed while the agent serves: the next turn still answers (its recall refused with a reason code,
+    nothing half-written), ``/memory/ready`` answers 503 ``service_unavailable``; the service back on the same
+    address, memory is back without restarting the agent."""
+    (tmp_path / "service").mkdir()
+    env = environment(tmp_path / "service", Bridge(private_key=governed_private_key), database_url, kube[0])
+    served = start(env, tmp_path / "service" / "serve.log")
+    fake = FakeController()
+    try:
+        with Provider(_recalling) as provider, listening(fake) as controller_url:
+            model = {"type": "openai", "model": "gpt-4o-mini", "base_url": f"{provider.url}/v1"}
+            pod = remote_pod(tmp_path, bridge, served.data, pod_token, KAGENT_URL=controller_url, OPENAI_API_KEY="k")
+            pod.pop("KAGENT_GOVERNED_MEMORY")
+            server, url = serve(tmp_path, pod, config={**CONFIG, "model": model}, log=tmp_path / "server.log")
+            try:
+                assert wait_for_health(server, url) is not None, (tmp_path / "server.log").read_text()
+                control = {"Authorization": f"Bearer {bridge.sign(time.time(), 'control', op='consent')}"}
+                body = {"purpose": "assist", "policy_version": "v1"}
+                granted = httpx.post(f"{served.control}/memory/v1/consent", headers=control, json=body).json()
+                headers = {"X-User-Id": ALICE, "X-Memory-Scope": bridge.sign(time.time(), gen=granted["generation"])}
+                with httpx.Client(base_url=url, timeout=60) as http:
+                    assert http.get("/memory/ready").json() == {"ready": True}
+                    served.process.kill()  # SIGKILL: no goodbye to the agent
+                    served.process.wait(timeout=30)
+                    reply = http.post("/", json=_message("what did I tell you?"), headers=headers)
+                    assert reply.status_code == 200 and "service_unavailable" in reply.text  # the tool's refusal
+                    ready = http.get("/memory/ready")
+                    assert ready.status_code == 503 and ready.json()["error"] == "service_unavailable"
+                    served = start(env, tmp_path / "service" / "serve-again.log")  # the same addresses
+                    # the channel tries again at most 2 s apart (gRPC's own backoff would have grown past that)
+                    deadline = time.monotonic() + RECONNECT_BACKOFF_MS[1] / 1000 + 1
+                    while http.get("/memory/ready").status_code != 200:
+                        assert time.monotonic() < deadline, "the agent never reached the service again"
+                        time.sleep(0.2)  # polling a connection coming back: no clock-dependent behaviour
+                    reply = http.post("/", json=_message("and now?"), headers=headers)
+                    assert reply.status_code == 200 and "service_unavailable" not in reply.text
+            finally:
+                server.terminate()
+                server.wait(timeout=60)
+    finally:
+        if served.process.poll() is None:
+            stop(served)
+    log = (tmp_path / "server.log").read_text()
+    assert "Traceback" not in log and "what did I tell you" not in log
