@@ -19,8 +19,9 @@ from __future__ import annotations
 
 from contextlib import suppress
 from datetime import datetime
+from typing import Any
 
-from sqlalchemy import func
+from sqlalchemy import Row, func
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from kagent_memory_governed import clock
@@ -80,9 +81,29 @@ async def admit(
         "per_hour": db.policy.scope_ops_per_hour,
     }
     if not spend:
-        await db.rehearse(functions.ADMIT, parameters)
+        await _rehearse(db, parameters)
         return
     raise_refusal(await db.call(functions.ADMIT, parameters))
+
+
+class _Admitted(Exception):
+    """Ends a rehearsal's transaction admitted: rolled back (``_rehearse``)."""
+
+
+async def _rehearse(db: Database, parameters: dict[str, object]) -> None:
+    """The admission kept only if it refuses: committed then (its ledger row) and raised; admitted, rolled back,
+    so nothing it recorded as used stays. Whether the work would be admitted now: the memory service's ``Admit`` of
+    a search or a write, which the call that does it admits again."""
+    rows: list[Row[Any]] = []
+    try:
+        async with db.transaction() as conn:
+            rows = list((await conn.execute(functions.ADMIT, parameters)).all())
+            db.keys.serving(rows[0][-1])  # the server that answered (``functions.SERVER``), as ``Database.call``
+            if rows[0].refusal is None:
+                raise _Admitted
+    except _Admitted:
+        return
+    raise_refusal(rows)
 
 
 async def claim_once(db: Database, jti: str, valid_until: datetime) -> None:

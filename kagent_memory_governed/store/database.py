@@ -217,22 +217,6 @@ class Database:
             self.keys.serving(rows[0][-1])
         return rows
 
-    async def rehearse(self, statement: Executable, parameters: dict[str, object]) -> None:
-        """A call of a database function that answers a ``refusal`` (``raise_refusal``), kept only if it refuses:
-        committed then (its ledger row) and raised; admitted, rolled back, so nothing it records as used stays.
-        Whether the work would be admitted now; what a caller does next is admitted again."""
-        rows: list[Row[Any]] = []
-        try:
-            async with self.transaction() as conn:
-                rows = list((await conn.execute(statement, parameters)).all())
-                if rows and SERVER in rows[0]._fields:
-                    self.keys.serving(rows[0][-1])
-                if not rows or rows[0].refusal is None:
-                    raise _Rehearsed
-        except _Rehearsed:
-            return
-        raise_refusal(rows)
-
     @asynccontextmanager
     async def transaction(self, *, durable: bool = True) -> AsyncIterator[AsyncConnection]:
         """One transaction. Database failures become ``store_unavailable`` with no database text;
@@ -349,10 +333,6 @@ async def refuse(
     transaction still commits, the row with it, before ``Database.transaction`` raises the reason."""
     await record(conn, operation, Result.REFUSED, reason=reason, scope_id=scope_id, generation=generation, at=at)
     raise _Refused(reason)
-
-
-class _Rehearsed(Exception):
-    """Ends a rehearsal's transaction admitted: rolled back (``Database.rehearse``)."""
 
 
 def raise_refusal(rows: Sequence[Row[Any]]) -> None:
