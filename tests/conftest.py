@@ -67,10 +67,11 @@ def embedder(governed_embedder: CountingEmbedder) -> CountingEmbedder:
 
 
 @pytest.fixture(scope="session")
-def runtime(request: pytest.FixtureRequest):
+def runtime(request: pytest.FixtureRequest, governed_store: Store):
     """Governed memory installed into this test process, once: kagent-adk's own classes are replaced. Its store is
     in-process, or, with ``KAGENT_GOVERNED_MEMORY_TEST_SERVICE=on`` (remote mode), the memory service as a process
-    of its own (``memory_service``), reached as an agent pod reaches it."""
+    of its own (``memory_service``), reached as an agent pod reaches it. Either way over the session's database,
+    named here so that every test using the runtime has its tables emptied after it (``_clean_tables``)."""
     if not REMOTE:
         return request.getfixturevalue("governed_runtime")
     from kagent_memory_governed import install
