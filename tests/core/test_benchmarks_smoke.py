@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 
 import asyncpg
-from support import benchmark
+from support import benchmark, key_store_of
 
 
 async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str) -> None:
@@ -85,3 +85,47 @@ async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_on
         assert arm["save"]["runs"] == 4
     assert {"search", "save", "prefetch", "load"} == side["arms"]["after"]["ratio"].keys()
     assert any("side by side" in line for line in storage.side_lines(side))
+
+
+async def test_the_data_plane_benchmark_runs_every_operation_on_every_arm(database_url: str, tmp_path) -> None:
+    """Search, save and prefetch in-process, through a serve process and on one loop, then the call-by-call breakdown
+    against a timed serve process. No assertion is about speed."""
+    data_plane = benchmark("data_plane")
+
+    result = await data_plane.run(
+        database_url, key_store=key_store_of(database_url), runs=3, breakdown_runs=3, warmup=2, work=tmp_path / "dp"
+    )
+
+    for op in ("search", "save", "prefetch"):
+        row = result["side_by_side"]["operations"][op]
+        assert {"in-process", "service", "same loop"} <= row.keys()
+        assert all(row[arm]["runs"] == 3 for arm in ("in-process", "service", "same loop"))
+        assert row["bound_ms"] == row["in-process"]["median_ms"] + 1.5
+        terms = result["breakdown"][op]["terms_ms"]
+        assert abs(sum(terms.values()) - result["breakdown"][op]["added_ms"]) < 1e-6  # the terms add up
+    assert {"handler admit", "handler search", "handler write", "scope token", "workload identity"} <= result[
+        "breakdown"
+    ]["service"].keys()  # timed inside the second serve process
+    assert result["breakdown"]["floor_ms"] and result["breakdown"]["costs_us"]
+    assert any("added =" in line for line in data_plane.table(result))
+    json.dumps(result)
+
+
+async def test_the_turns_benchmark_does_memory_work_in_both_arms(database_url: str, tmp_path) -> None:
+    """Two users, one round of five-turn sessions, in-process and through a serve process: every enabled turn is
+    recorded, every session prefetches and auto-saves, nothing is refused. No assertion is about speed."""
+    turns = benchmark("turns")
+
+    result = await turns.run(
+        database_url, key_store=key_store_of(database_url), users=2, turns=5, rounds=1, work=tmp_path / "turns"
+    )
+
+    for name in ("in-process", "service"):
+        arm = result["arms"][name]
+        assert arm["free"]["runs"] == arm["enabled"]["runs"] == 10
+        assert arm["counts"]["turn recorded"] == 10
+        assert arm["counts"]["prefetch"] == 2 and arm["counts"]["prefetch hits"] > 0
+        assert arm["counts"]["autosave"] == 2 and arm["counts"]["summaries"] == 2
+        assert not [key for key in arm["counts"] if "refused" in key], arm["counts"]
+    assert turns.table(result)
+    json.dumps(result)
