@@ -416,6 +416,7 @@ async def side_by_side(
         for name in row:
             if name != "in-process":
                 row[name]["added_ms"] = row[name]["median_ms"] - local
+                row[name]["met"] = row[name]["median_ms"] <= local + BOUND_MS
         row["bound_ms"] = local + BOUND_MS
         row["met"] = row["service"]["median_ms"] <= local + BOUND_MS
         rows[op] = row
@@ -655,10 +656,13 @@ async def run(
     breakdown_runs: int = 100,
     same_loop: bool = True,
     warmup: int = WARMUP,
+    serve_trees: dict[str, Path] | None = None,
     work: Path | None = None,
 ) -> dict[str, Any]:
     """The whole benchmark; returns what ``main`` prints and writes. ``key_store``: the directory of the local key
-    store bound to ``url``'s database (default: a fresh one, for a database never migrated or the embedded one)."""
+    store bound to ``url``'s database (default: a fresh one, for a database never migrated or the embedded one).
+    ``serve_trees``: more service arms, ``service NAME``, each a serve process importing the package from its tree
+    (``PYTHONPATH``), such as this tree with a patch applied: side by side with the rest, in the same batches."""
     import grpc  # noqa: F401  (loaded before the clock starts)
     from cluster import rsa_key, serving
     from service import environment, rotated
@@ -713,10 +717,13 @@ async def run(
         clients: list[Any] = []
         try:
             env = environment(directory, bridge, url, kube, **extra)
-            serve = start_serve(
-                [str(Path(sys.executable).parent / "kagent-memory-governed"), "serve"], env, directory / "serve.log", ca
-            )
+            command = [str(Path(sys.executable).parent / "kagent-memory-governed"), "serve"]
+            serve = start_serve(command, env, directory / "serve.log", ca)
+            others: dict[str, Serving] = {}
             try:
+                for name, tree in (serve_trees or {}).items():
+                    tree_env = environment(directory, bridge, url, kube, **extra, PYTHONPATH=str(tree))
+                    others[name] = start_serve(command, tree_env, directory / f"serve-{name}.log", ca)
                 client = RemoteStore.connect(serve.url, token_file=pod_token, ca_file=ca)
                 clients.append(client)
                 await client.refresh_policy()
@@ -755,9 +762,16 @@ async def run(
                     near = RemoteStore.connect(f"https://127.0.0.1:{port}", token_file=pod_token, ca_file=ca)
                     clients.append(near)
                     arms.append(Arm("same loop", near, GovernedMemoryService(near, data.embed)))
+                for name, other in others.items():
+                    patched = RemoteStore.connect(other.url, token_file=pod_token, ca_file=ca)
+                    clients.append(patched)
+                    arms.append(Arm(f"service {name}", patched, GovernedMemoryService(patched, data.embed)))
+                result["serve_trees"] = {name: str(tree) for name, tree in (serve_trees or {}).items()}
                 result["side_by_side"] = await side_by_side(arms, prep, bridge, data, runs, warmup)
             finally:
                 stop_serve(serve)
+                for other in others.values():
+                    stop_serve(other)
             if breakdown_runs:
                 samples = directory / "served.json"
                 command = [sys.executable, str(SCRIPT), "--timed-serve", str(samples)]
@@ -797,7 +811,9 @@ async def run(
 def table(result: dict[str, Any]) -> list[str]:
     side = result["side_by_side"]
     rows = side["operations"]
-    arms = [name for name in rows[OPS[0]] if isinstance(rows[OPS[0]][name], dict)]
+    arms = [name for name in rows[OPS[0]] if isinstance(rows[OPS[0]][name], dict) and name != "in-process"]
+    extra = [name for name in arms if name.startswith("service ")]
+    arms = ["in-process", *[name for name in arms if name not in extra]]
     before, after = side["load_average"]["before"], side["load_average"]["after"]
     lines = [
         f"median ms of {result['runs']} runs each (after {result['warmup']} of warm-up), TLS on loopback,"
@@ -816,6 +832,15 @@ def table(result: dict[str, Any]) -> list[str]:
         for name in arms[2:]:
             line += f" {row[name]['median_ms']:13.3f} {row[name]['added_ms']:7.3f}"
         lines.append(line + f"  {row['in-process']['p95_ms']:14.3f} {row['service']['p95_ms']:11.3f}")
+    if extra:
+        lines.append("more service arms, in the same batches (median ms, added, met):")
+        lines.append(f"  {'arm':34}" + "".join(f" {op:>22}" for op in OPS))
+        for name in ["service", *extra]:
+            cells = ""
+            for op in OPS:
+                cell = rows[op][name]
+                cells += f" {cell['median_ms']:8.3f} {cell['added_ms']:+7.3f} {'yes' if cell['met'] else 'NO':>5}"
+            lines.append(f"  {name:34}{cells}")
     breakdown = result.get("breakdown")
     if not breakdown:
         return lines
@@ -852,10 +877,18 @@ async def main() -> None:
     parser.add_argument("--url", help="postgresql+asyncpg://...; unset: an embedded PostgreSQL")
     parser.add_argument("--key-store", help="file:///path of the local key store bound to --url's database")
     parser.add_argument("--runs", type=int, default=300)
+    parser.add_argument("--warmup", type=int, default=WARMUP, help="runs of each operation on each arm, untimed, first")
     parser.add_argument("--breakdown-runs", type=int, default=100, help="0: no breakdown")
     parser.add_argument("--no-same-loop", action="store_true", help="leave out the same-loop arm")
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "data_plane.json")
     parser.add_argument("--work", type=Path, help="keep the run's directory (logs, the timed samples) here")
+    parser.add_argument(
+        "--serve-tree",
+        action="append",
+        default=[],
+        metavar="NAME=PATH",
+        help="one more service arm, a serve process importing the package from PATH (a patched tree); repeatable",
+    )
     args = parser.parse_args()
     key_store = Path(urlsplit(args.key_store).path) if args.key_store else None
     result = await run(
@@ -864,6 +897,8 @@ async def main() -> None:
         runs=args.runs,
         breakdown_runs=args.breakdown_runs,
         same_loop=not args.no_same_loop,
+        warmup=args.warmup,
+        serve_trees={name: Path(path) for name, _, path in (tree.partition("=") for tree in args.serve_tree)},
         work=args.work,
     )
     for line in table(result):
