@@ -2,7 +2,7 @@
 against a memory-free one at the median, with the store in-process and through the memory service, in one run.
 
     python benchmarks/turns.py [--url postgresql+asyncpg://... --key-store file:///path] [--users 12]
-                               [--turns 25] [--rounds 2] [--session-turns 5] [--json out.json]
+                               [--turns 25] [--rounds 4] [--session-turns 5] [--json out.json]
 
 **The agent** is what the runtime tests build (``tests/runtime/test_runtime.py``): ``testing.build_app`` with a
 ``ScriptedModel`` (it answers at once: no provider, no tool call; a summary answers one fact) and the local
@@ -134,6 +134,15 @@ async def arm(config: dict[str, Any]) -> dict[str, Any]:
     service.search, service.save = counted_search, counted_save  # type: ignore[method-assign]
     service.store.record_turn = counted_record  # type: ignore[method-assign]
     model = ScriptedModel().script(summary=SUMMARY)
+    if config.get("model_ms"):  # a provider's latency: the model waits (it does not compute) before each answer
+        delay, answer = config["model_ms"] / 1000, model.generate_content_async
+
+        async def waiting(llm_request: Any, stream: bool = False) -> Any:
+            await asyncio.sleep(delay)
+            async for response in answer(llm_request, stream=stream):
+                yield response
+
+        object.__setattr__(model, "generate_content_async", waiting)
     app = build_app(model)
     samples: dict[str, list[float]] = {"free": [], "enabled": [], "enabled first": [], "enabled auto-save": []}
     session_turns = config["session_turns"]
@@ -158,7 +167,23 @@ async def arm(config: dict[str, Any]) -> dict[str, Any]:
             if scope is not None and turn % session_turns == session_turns - 1:
                 samples["enabled auto-save"].append(seconds)
 
+    profiles: dict[bool, Any] = {}
+    if config.get("profile"):
+        import cProfile
+
+        profiles = {False: cProfile.Profile(), True: cProfile.Profile()}
+
     async def phase(client: Any, enabled: bool, scopes: list[dict[str, Any]], turns: int, keep: bool) -> float:
+        profile = profiles.get(enabled) if keep else None
+        if profile is not None:
+            profile.enable()
+        try:
+            return await timed_phase(client, enabled, scopes, turns, keep)
+        finally:
+            if profile is not None:
+                profile.disable()
+
+    async def timed_phase(client: Any, enabled: bool, scopes: list[dict[str, Any]], turns: int, keep: bool) -> float:
         started = time.perf_counter()
         await asyncio.gather(
             *(
@@ -188,6 +213,8 @@ async def arm(config: dict[str, Any]) -> dict[str, Any]:
                 load = os.getloadavg()[0]
                 seconds = await phase(client, enabled, scopes, config["turns"], True)
                 phases.append({"enabled": enabled, "seconds": seconds, "load_average": load})
+    for enabled, profile in profiles.items():  # cProfile of this arm's timed phases: free, enabled
+        profile.dump_stats(Path(config["profile"]) / f"{config['arm']}-{'enabled' if enabled else 'free'}.pstats")
     if config["arm"] != "service":
         await runtime.store.close()
     counts["summaries"] = len(model.summaries) - warm_summaries
@@ -253,9 +280,11 @@ async def run(
     key_store: Path | None = None,
     users: int = 12,
     turns: int = 25,
-    rounds: int = 2,
+    rounds: int = 4,
     session_turns: int = 5,
     arms: tuple[str, ...] = ("in-process", "service"),
+    model_ms: float = 0.0,
+    profile: Path | None = None,
     work: Path | None = None,
 ) -> dict[str, Any]:
     from cluster import rsa_key, serving
@@ -288,6 +317,7 @@ async def run(
         "turns": turns,
         "rounds": rounds,
         "session_turns": session_turns,
+        "model_ms": model_ms,
         "bound": BOUND,
         "cpus": os.cpu_count(),
         "arms": {},
@@ -295,7 +325,8 @@ async def run(
     try:
         await prep.migrate()
         base = {"url": url, "key_store": str(key_store), "bridge_key": str(directory / "bridge.key")}
-        base |= {"turns": turns, "session_turns": session_turns}
+        base |= {"turns": turns, "session_turns": session_turns, "model_ms": model_ms}
+        base |= {"profile": str(profile) if profile else None}
         for name in arms:
             config = base | {
                 "warm": await scopes(prep, users),
@@ -340,7 +371,11 @@ def table(result: dict[str, Any]) -> list[str]:
     lines = [
         f"{result['users']} concurrent users x {result['turns']} turns a phase, {result['rounds']} rounds of a"
         f" memory-free and a memory-enabled phase, sessions of {result['session_turns']} turns; {result['cpus']} CPUs;"
-        " scripted model (answers at once: the worst case for memory's share)",
+        + (
+            f" scripted model waiting {result['model_ms']:g} ms before each answer"
+            if result["model_ms"]
+            else " scripted model answering at once (the worst case for memory's share)"
+        ),
         f"{'arm':11} {'free ms':>8} {'enabled ms':>10} {'ratio':>6} {'bound':>6}  {'met':4} "
         f"{'first (prefetch) ms':>19} {'ratio':>6} {'auto-save turn ms':>17} {'ratio':>6}  load  memory work",
     ]
@@ -364,11 +399,18 @@ async def main() -> None:
     parser.add_argument("--key-store", help="file:///path of the local key store bound to --url's database")
     parser.add_argument("--users", type=int, default=12)
     parser.add_argument("--turns", type=int, default=25, help="turns of each user in each phase")
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=4)
     parser.add_argument("--session-turns", type=int, default=5)
     parser.add_argument("--arms", default="in-process,service")
+    parser.add_argument(
+        "--model-ms",
+        type=float,
+        default=0.0,
+        help="the model waits this long before each answer (a provider's latency)",
+    )
     parser.add_argument("--json", type=Path, default=ROOT / "benchmarks" / "results" / "turns.json")
     parser.add_argument("--work", type=Path, help="keep the run's directory (the arms' logs) here")
+    parser.add_argument("--profile", type=Path, help="cProfile each arm's timed phases into this directory (slower)")
     args = parser.parse_args()
     result = await run(
         args.url,
@@ -378,6 +420,8 @@ async def main() -> None:
         rounds=args.rounds,
         session_turns=args.session_turns,
         arms=tuple(args.arms.split(",")),
+        model_ms=args.model_ms,
+        profile=args.profile,
         work=args.work,
     )
     for line in table(result):
