@@ -253,7 +253,7 @@ class Harness:
 
     def __init__(self, directory: Path, *, scopes: int, seed: int) -> None:
         self.directory = directory
-        self.rng = random.Random(seed)
+        self.rng = random.Random(seed)  # the read-backs' choices
         self.server = Server(directory / "pg")
         self.keys_dir = directory / "keys"
         self.store = Store.connect(
@@ -896,7 +896,7 @@ class Harness:
 
     async def read_back(self, scope: Scope) -> None:
         """The scope read through each replica: a search by an agent replica, and inspect by the bridge."""
-        rng = random.Random(0)
+        rng = self.rng
         for index in range(2):
             with suppress(GovernedMemoryError, Unanswered):
                 await self.control(scope, lambda client: client.status(), index=index)
