@@ -5,8 +5,11 @@
 the application clock, so frozen clocks govern tokens too). ``ControlClient`` (httpx, sync) and
 ``AsyncControlClient`` call every ``/memory/v1`` operation for one subject in one control room, answer the
 typed answers of ``contract.CALLS``, raise ``GovernedMemoryError`` with the server's reason code, and
-remember the generation consent and erasures return, so the next scope header carries it. Nothing here
-logs a token or content.
+remember the generation consent and erasures return, so the next scope header carries it. A call that gets no
+answer (the server unreachable, gone mid-call, past the client's timeout) or an answer not of the contract is
+``service_unavailable`` with a content-free cause (``unreachable``, ``timeout``, ``transport``, ``bad_answer``),
+never httpx's exception: an unanswered erasure may have happened, so ask ``status``, or retry with a fresh token.
+Nothing here logs a token or content.
 
 The control API is served by whoever holds the store (docs/bridge.md, "Where the control API is served"): the
 governed memory service (``kagent-memory-governed serve``, HTTPS on its control port, default 8443) when the agent
@@ -121,6 +124,17 @@ class ScopeSigner:
         return f"{signing_input}.{_b64(self._key.sign(signing_input.encode()))}"
 
 
+def _unanswered(error: httpx.TransportError) -> GovernedMemoryError:
+    """No answer, as a reason code: the exception's text (a URL, an address) is not passed on."""
+    if isinstance(error, httpx.TimeoutException):
+        cause = "timeout"
+    elif isinstance(error, httpx.ConnectError):
+        cause = "unreachable"
+    else:
+        cause = "transport"
+    return GovernedMemoryError(Reason.SERVICE_UNAVAILABLE, cause=cause)
+
+
 def _reason(code: object) -> Reason:
     """The server's reason code; anything this client does not know is ``internal_error``."""
     return Reason(code) if isinstance(code, str) and code in set(Reason) else Reason.INTERNAL_ERROR
@@ -195,7 +209,10 @@ class _Client:
             found = None
         if answer.status_code != 200 or not isinstance(found, dict):
             raise GovernedMemoryError(_reason(found.get("error") if isinstance(found, dict) else None))
-        value = model.model_validate(found)
+        try:
+            value = model.model_validate(found)
+        except ValidationError:  # a 200 that is not this call's answer
+            raise GovernedMemoryError(Reason.SERVICE_UNAVAILABLE, cause="bad_answer") from None
         generation = getattr(value, "generation", None)
         if isinstance(generation, int) and generation >= 1:
             self.generation = generation
@@ -234,7 +251,11 @@ class ControlClient(_Client):
         return self._call(self._confirmed(ControlOperation.OFFBOARD), PrincipalOffboarded)
 
     def _call(self, request: _Request, model: type[A]) -> A:
-        return self._read(self.http.request(**self._send(request)), model)
+        try:
+            answer = self.http.request(**self._send(request))
+        except httpx.TransportError as error:
+            raise _unanswered(error) from None
+        return self._read(answer, model)
 
 
 class AsyncControlClient(_Client):
@@ -268,7 +289,11 @@ class AsyncControlClient(_Client):
         return await self._call(self._confirmed(ControlOperation.OFFBOARD), PrincipalOffboarded)
 
     async def _call(self, request: _Request, model: type[A]) -> A:
-        return self._read(await self.http.request(**self._send(request)), model)
+        try:
+            answer = await self.http.request(**self._send(request))
+        except httpx.TransportError as error:
+            raise _unanswered(error) from None
+        return self._read(answer, model)
 
 
 __all__ = [
