@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib.machinery
 import importlib.util
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -136,10 +137,12 @@ def test_a_commit_that_needs_the_one_before_is_not_cut_alone(series: Path, tmp_p
 
 
 def resign(tree: Path) -> None:
-    """What CONTRIBUTING.md asks of whoever submits: their own authorship and sign-off, the placeholder's dropped."""
+    """What CONTRIBUTING.md asks of whoever submits, with the rebase it gives read from it: their own authorship
+    and sign-off on each commit, the placeholder's line dropped."""
+    documented = re.search(r"git rebase --signoff \"\$root\" --exec '([^']+)'", (ROOT / "CONTRIBUTING.md").read_text())
+    assert documented is not None, "CONTRIBUTING.md no longer gives the re-signing rebase"
     root = git(tree, "rev-list", "--max-parents=0", "HEAD").strip()
-    drop = f"git commit --amend -q --reset-author -m \"$(git log -1 --format=%B | grep -v '{PLACEHOLDER[1]}')\""
-    git(tree, "rebase", "-q", "--signoff", "--exec", drop, root, identity=PERSON)
+    git(tree, "rebase", "-q", "--signoff", root, "--exec", documented.group(1), identity=PERSON)
 
 
 def test_export_refuses_a_series_that_still_carries_the_placeholder_sign_off(series: Path, tmp_path: Path):
