@@ -4,7 +4,7 @@ Every call acts on the scope verified for the running request (``request.current
 the ``app_name``/``user_id`` the caller passes, which are only checked for consistency. Consent is
 checked before any model or embedding work; the store fences again when it reads or writes. It never
 talks to kagent's ``/api/memories``. The store is the in-process ``Store`` or the memory service's
-``RemoteStore`` (``runtime.connect``); the same calls, the same answers.
+``RemoteStore`` (``mode.connect``); the same calls, the same answers.
 """
 
 from __future__ import annotations
