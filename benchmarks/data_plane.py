@@ -641,13 +641,19 @@ def decomposition(calls: dict[str, float], served: dict[str, list[float]], runs:
         ordered = {part: calls[f"{op} in-process, service order: {part}"] for part in ("admit (check)", "admit", work)}
         client_admit, client_work = calls[f"{op} service: Admit"], calls[f"{op} service: {work}"]
         admit_handler, check = chunk("handler admit", OPS, op), chunk("store admit (check)", OPS, op)
-        work_handler = chunk(f"handler {handler}", ("save",) if op == "save" else ("search", "prefetch"), op)
+        work_ops = ("save",) if op == "save" else ("search", "prefetch")
+        work_handler = chunk(f"handler {handler}", work_ops, op)
+        # the servicers as gRPC runs them (older samples have none: the handlers then)
+        admit_servicer = chunk("servicer Admit", OPS, op) if "servicer Admit" in served else admit_handler
+        name = f"servicer {handler.capitalize()}"
+        work_servicer = chunk(name, work_ops, op) if name in served else work_handler
         spend = chunk("store admit (spend)", OPS, op)
         served_work = tail(
             "store write" if op == "save" else f"store search_many x{SUBQUERIES if op == 'prefetch' else 1}"
         )
         terms = {
-            "transport, 2 calls": (client_admit - admit_handler) + (client_work - work_handler),
+            "transport, 2 calls": (client_admit - admit_servicer) + (client_work - work_servicer),
+            "servicers outside the handlers": (admit_servicer - admit_handler) + (work_servicer - work_handler),
             "identity + scope token, 2 calls": 2 * (identity + token),
             "rehearsed admission (Admit)": check,
             "spent admission, service - in-process": spend - local_admit,
