@@ -402,17 +402,24 @@ class Harness:
         try:
             with self.calling(chosen, label):
                 answer = await call(client)
-        except httpx.TransportError as error:
+        except GovernedMemoryError as refused:
+            if not _no_answer(refused):
+                self.refused("control API", chosen, seen, refused)
+                scope.generation = max(scope.generation, client.generation)
+                raise
+            if self._steady(chosen, seen):  # the client's own "no answer" from a replica that was up all along
+                self.run.violations[f"the control API answered nothing ({refused.cause})"] += 1
+            if index is None and self.bridge_current == chosen:
+                self.bridge_current = 1 - chosen
+                self.run.events["the bridge failed over"] += 1
+            raise Unanswered from None
+        except httpx.TransportError as error:  # the client turns these into service_unavailable; never expected
             if self._steady(chosen, seen):
                 self.run.violations[f"the control API answered no reason code ({type(error).__name__})"] += 1
             if index is None and self.bridge_current == chosen:
                 self.bridge_current = 1 - chosen
                 self.run.events["the bridge failed over"] += 1
             raise Unanswered from None
-        except GovernedMemoryError as refused:
-            self.refused("control API", chosen, seen, refused)
-            scope.generation = max(scope.generation, client.generation)
-            raise
         scope.generation = max(scope.generation, client.generation)
         return answer
 
@@ -917,6 +924,11 @@ class Harness:
                         found[f"{path.parent.name}/{path.name}"] += 1
         self.run.checks["service log lines read"] = lines
         return {name: count for name, count in found.items() if count}
+
+
+def _no_answer(refused: GovernedMemoryError) -> bool:
+    """The bridge client's refusal for a call that got no answer (``kagent_memory_governed.bridge``)."""
+    return refused.reason is Reason.SERVICE_UNAVAILABLE and refused.cause in ("unreachable", "transport", "timeout")
 
 
 async def _outcome(task: asyncio.Task[Any], run: Run) -> str:

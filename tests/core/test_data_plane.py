@@ -374,7 +374,7 @@ async def test_every_handler_is_bounded_in_time(store: Store, bridge: Bridge, cl
     assert answer == (grpc.StatusCode.UNAVAILABLE, "store_unavailable")
 
 
-def test_plaintext_goes_to_a_loopback_address_only(store: Store, bridge: Bridge, tmp_path: Path):
+async def test_plaintext_goes_to_a_loopback_address_only(store: Store, bridge: Bridge, tmp_path: Path):
     token = bearer_file(tmp_path)
     for url in ("http://memory.example:7443", "http://10.0.0.7:7443", "ftp://127.0.0.1:1", "https://h", "http://[::1]"):
         with pytest.raises(ConfigurationError):
