@@ -727,6 +727,7 @@ async def run(
         "breakdown_runs": breakdown_runs,
         "tls": True,
         "cpus": os.cpu_count(),
+        "load_average_at_start": os.getloadavg(),  # before this run's own work: the machine's other load
     }
 
     def connect() -> Any:
@@ -850,8 +851,9 @@ def table(result: dict[str, Any]) -> list[str]:
     before, after = side["load_average"]["before"], side["load_average"]["after"]
     lines = [
         f"median ms of {result['runs']} runs each (after {result['warmup']} of warm-up), TLS on loopback,"
-        f" {result['cpus']} CPUs;"
-        f" load average {before[0]:.2f} before, {after[0]:.2f} after; {side['prepared_s']:.0f} s to prepare the scopes",
+        f" {result['cpus']} CPUs; load average {result['load_average_at_start'][0]:.2f} at the start of the run,"
+        f" {before[0]:.2f} before the timed runs, {after[0]:.2f} after;"
+        f" {side['prepared_s']:.0f} s to prepare the scopes",
         f"{'operation':10} {'in-process':>11} {'service':>9} {'added':>7} {'bound':>7}  {'met':4}"
         + ("".join(f" {name + ' ms':>13} {'added':>7}" for name in arms[2:]))
         + f"  {'p95 in-process':>14} {'p95 service':>11}",
