@@ -34,7 +34,7 @@ the service, the in-process median plus 1.5 ms.
 **Where the added time goes** (``--breakdown-runs``, then): the same operations call by call, against a second
 ``serve`` process whose handlers are timed from inside (this script run with ``--timed-serve``: wrappers around
 ``DataPlane._serve``, the workload identity, the scope token's verification and the store's calls), beside the
-in-process store doing what the service does (the rehearsed admission, the spending one, the work); and, in this
+in-process store doing what the runtime does (the admission, the work); and, in this
 process, the costs that make them up: the scope token's Ed25519 verification, the workload identity (a cached token
 and a fresh one), protobuf for 1 and 8 embeddings and their hits, the identity token's file read.
 
@@ -106,7 +106,7 @@ def timed_serve(out: Path) -> int:
 
     timing(server.DataPlane, "_serve", lambda self, method, *_, **__: f"handler {method}")
     timing(identity.WorkloadIdentity, "agent", lambda *_: "workload identity")
-    timing(Store, "admit", lambda *_, spend=True, **__: "store admit (spend)" if spend else "store admit (check)")
+    timing(Store, "admit", lambda *_, **__: "store admit")
     timing(Store, "search_many", lambda self, key, generation, embeddings, **_: f"store search_many x{len(embeddings)}")
     timing(Store, "write", lambda *_, **__: "store write")
     verified = server.DataPlane._verified
@@ -456,10 +456,9 @@ async def side_by_side(
 async def call_by_call(
     store: Any, client: Any, prep: Any, bridge: Any, data: Data, runs: int, warm: int
 ) -> dict[str, Any]:
-    """Each operation's calls timed one by one, each on a fresh scope, the three sides taking turns: in-process as
-    the runtime does them (the admission, the work), in-process in the service's order (the admission rehearsed, as
-    ``Admit`` does; spent, as ``Search`` and ``Write`` do; the work), and through the timed service (the client's
-    view of each call; the service's own view is in its samples). ``runs`` after ``warm`` of warm-up."""
+    """Each operation's calls timed one by one, each on a fresh scope, the two sides taking turns: in-process as the
+    runtime does them (the admission, the work) and through the timed service (the client's view of each call; the
+    service's own view is in its samples). ``runs`` after ``warm`` of warm-up."""
     from kagent_memory_governed.errors import Operation
     from kagent_memory_governed.service import remote
     from kagent_memory_governed.store import NewFact
@@ -470,7 +469,7 @@ async def call_by_call(
         "prefetch": (Operation.PREFETCH, False, 8),
     }
     entries = {"search": ENTRIES, "save": ENTRIES - 1, "prefetch": ENTRIES}
-    sides = ("in-process", "in-process, service order", "service")
+    sides = ("in-process", "service")
     samples: dict[str, list[float]] = defaultdict(list)
 
     async def timed(label: str, work: Awaitable[Any], keep: bool) -> None:
@@ -491,9 +490,6 @@ async def call_by_call(
                 key, generation = prepared.key, prepared.generation
                 target = client if side == "service" else store
                 with carrying(scope_token(bridge, prepared)):
-                    if side == "in-process, service order":
-                        check = store.admit(key, generation, operation_, units=units, explicit=explicit, spend=False)
-                        await timed(f"{op} {side}: admit (check)", check, keep)
                     admit = target.admit(key, generation, operation_, units=units, explicit=explicit)
                     await timed(f"{op} {side}: {'Admit' if side == 'service' else 'admit'}", admit, keep)
                     if op == "save":
@@ -638,16 +634,14 @@ def decomposition(calls: dict[str, float], served: dict[str, list[float]], runs:
     for op in OPS:
         work, handler = ("write", "write") if op == "save" else ("search_many", "search")
         local_admit, local_work = calls[f"{op} in-process: admit"], calls[f"{op} in-process: {work}"]
-        ordered = {part: calls[f"{op} in-process, service order: {part}"] for part in ("admit (check)", "admit", work)}
         client_admit, client_work = calls[f"{op} service: Admit"], calls[f"{op} service: {work}"]
-        admit_handler, check = chunk("handler admit", OPS, op), chunk("store admit (check)", OPS, op)
+        admit_handler, admission = chunk("handler admit", OPS, op), chunk("store admit", OPS, op)
         work_ops = ("save",) if op == "save" else ("search", "prefetch")
         work_handler = chunk(f"handler {handler}", work_ops, op)
         # the servicers as gRPC runs them (older samples have none: the handlers then)
         admit_servicer = chunk("servicer Admit", OPS, op) if "servicer Admit" in served else admit_handler
         name = f"servicer {handler.capitalize()}"
         work_servicer = chunk(name, work_ops, op) if name in served else work_handler
-        spend = chunk("store admit (spend)", OPS, op)
         served_work = tail(
             "store write" if op == "save" else f"store search_many x{SUBQUERIES if op == 'prefetch' else 1}"
         )
@@ -655,21 +649,18 @@ def decomposition(calls: dict[str, float], served: dict[str, list[float]], runs:
             "transport, 2 calls": (client_admit - admit_servicer) + (client_work - work_servicer),
             "servicers outside the handlers": (admit_servicer - admit_handler) + (work_servicer - work_handler),
             "identity + scope token, 2 calls": 2 * (identity + token),
-            "rehearsed admission (Admit)": check,
-            "spent admission, service - in-process": spend - local_admit,
+            "admission, service - in-process": admission - local_admit,
             f"{work}, service - in-process": served_work - local_work,
-            "rest of the handlers": (admit_handler - identity - token - check)
-            + (work_handler - identity - token - spend - served_work),
+            "rest of the handlers": (admit_handler - identity - token - admission)
+            + (work_handler - identity - token - served_work),
         }
         result[op] = {
             "in_process": {"admit": local_admit, work: local_work},
-            "in_process_service_order": ordered,
             "client": {"Admit": client_admit, handler.capitalize(): client_work},
             "handlers": {
                 "Admit": admit_handler,
-                "Admit: rehearsed admission": check,
+                "Admit: admission": admission,
                 handler.capitalize(): work_handler,
-                f"{handler.capitalize()}: spent admission": spend,
                 f"{handler.capitalize()}: {work}": served_work,
             },
             "added_ms": client_admit + client_work - local_admit - local_work,
@@ -893,11 +884,10 @@ def table(result: dict[str, Any]) -> list[str]:
     for op in OPS:
         b = breakdown[op]
         local = " + ".join(f"{name} {value:.3f}" for name, value in b["in_process"].items())
-        ordered = " + ".join(f"{name} {value:.3f}" for name, value in b["in_process_service_order"].items())
         client = " + ".join(f"{name} {value:.3f}" for name, value in b["client"].items())
         handlers = ", ".join(f"{name} {value:.3f}" for name, value in b["handlers"].items())
         lines.append(f"  {op}: in-process {local}; service {client}; added {b['added_ms']:.3f}")
-        lines.append(f"    inside the service: {handlers}; in-process in the service's order: {ordered}")
+        lines.append(f"    inside the service: {handlers}")
         lines.append("    added = " + " + ".join(f"{name} {value:.3f}" for name, value in b["terms_ms"].items()))
     for label, value in breakdown.get("floor_ms", {}).items():
         lines.append(f"  {label}: {value:.3f} ms (another process; the data plane's metadata)")

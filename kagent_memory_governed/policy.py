@@ -174,7 +174,7 @@ def admit_embedding(vector: object) -> numpy.ndarray:
     Returned as the single-precision array that is sent and stored."""
     import numpy
 
-    if isinstance(vector, list | tuple) and not any(type(item) in (bool, numpy.bool_) for item in vector):
+    if isinstance(vector, list | tuple) and not {bool, numpy.bool_} & set(map(type, vector)):
         values = numpy.asarray(vector)
     elif isinstance(vector, numpy.ndarray):
         values = vector

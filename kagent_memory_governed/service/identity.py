@@ -258,12 +258,14 @@ class WorkloadIdentity:
     async def agent(self, metadata: Metadata | None) -> AgentId:
         """The agent whose pod holds the call's token. ``BAD_IDENTITY`` (cause in CAUSES) for a token not accepted,
         ``IDENTITY_UNAVAILABLE`` when the cluster's keys cannot be had now."""
-        alg, kid, message, signature, payload = _parse(_bearer(metadata))
-        digest = hashlib.sha256(message + b"." + signature).digest()
+        bearer = _bearer(metadata)
+        # a token verified before is looked up by the digest of exactly its text, before it is parsed again
+        digest = hashlib.sha256(bearer.encode()).digest() if bearer.isascii() else b""
         remembered, until = self._verified.get(digest, (None, 0))
         if remembered is not None and clock.now().timestamp() < until:
             return remembered
         self._verified.pop(digest, None)
+        alg, kid, message, signature, payload = _parse(bearer)
         key = await self._key(kid)
         if key.alg != alg:
             raise _refused("key_mismatch")

@@ -9,7 +9,14 @@ import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
+
+if TYPE_CHECKING:
+    import numpy
+    import numpy.typing
+
+# an embedding as the store takes it: a list of numbers, or the array the service reads off the wire
+Embedding: TypeAlias = "Sequence[float] | numpy.typing.NDArray[numpy.floating[Any]]"
 
 
 class Fact(Protocol):
@@ -19,7 +26,7 @@ class Fact(Protocol):
     def text(self) -> str: ...
 
     @property
-    def embedding(self) -> Sequence[float]: ...
+    def embedding(self) -> Embedding: ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -56,7 +56,7 @@ from kagent_memory_governed.errors import Reason
 from kagent_memory_governed.keys import KeyStore, configured
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
-from kagent_memory_governed.service.values import Fact
+from kagent_memory_governed.service.values import Embedding, Fact
 from kagent_memory_governed.store import admission, connection, data, erasure, grants, maintenance, schema_admin, turns
 from kagent_memory_governed.store.database import Database, create_engine
 from kagent_memory_governed.store.erasure import caught_up
@@ -206,16 +206,15 @@ class Store:
         *,
         units: int = 0,
         explicit: bool = False,
-        spend: bool = True,
     ) -> None:
         """Admit memory work before any model or embedding call (R21-R26), in one transaction shared by
         every replica: the consent fence, then (``explicit``) the sender/agent rate limit, then ``units``
-        of the scope's hourly ceiling. Admitted work is recorded as used (``spend=False``: only checked); refused
-        work is not.
+        of the scope's hourly ceiling. Admitted work is recorded as used; refused work is
+        not.
         Refuses ``consent_*``, ``rate_limited`` and ``hourly_ceiling``, and ``store_regressed`` when the key store
         saw a later erasure of the scope than the database has (``reconcile``). ``write`` and ``search`` fence
         again in their own transaction: admission is a gate, not the fence."""
-        await admission.admit_work(self._db, key, generation, operation, units=units, explicit=explicit, spend=spend)
+        await admission.admit_work(self._db, key, generation, operation, units=units, explicit=explicit)
 
     async def claim_once(self, jti: str, valid_until: datetime) -> None:
         """Accept a token id once, on every replica; a second claim is ``assertion_replayed``. Decided on the
@@ -253,7 +252,7 @@ class Store:
         self,
         key: ScopeKey,
         generation: int,
-        embeddings: Sequence[Sequence[float]],
+        embeddings: Sequence[Embedding],
         *,
         top_k: int = 5,
         min_score: float = 0.0,

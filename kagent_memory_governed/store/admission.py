@@ -19,9 +19,8 @@ from __future__ import annotations
 
 from contextlib import suppress
 from datetime import datetime
-from typing import Any
 
-from sqlalchemy import Row, func
+from sqlalchemy import func
 from sqlalchemy.dialects.postgresql import insert as pg_insert
 
 from kagent_memory_governed import clock
@@ -36,16 +35,14 @@ from kagent_memory_governed.store.database import Database, raise_refusal, recor
 
 
 async def admit_work(
-    db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool, spend: bool = True
+    db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool
 ) -> None:
     """``admit``, then the scope's keyring, fetched meanwhile for the work, compared with the work's generation:
     a keyring that records a later erasure than the work's generation refuses it, ``store_regressed`` once the
-    scope is brought forward if the database was behind the key store (``reconcile``), else ``consent_stale``.
-    ``spend=False`` only checks: admitted, nothing is recorded as used (the memory service admits a search or a
-    write again, recording it, in the call that does it)."""
+    scope is brought forward if the database was behind the key store (``reconcile``), else ``consent_stale``."""
     sid = key.scope_id
     pending = db.keys.start(sid, generation)
-    work = admit(db, key, generation, operation, units=units, explicit=explicit, spend=spend)
+    work = admit(db, key, generation, operation, units=units, explicit=explicit)
     try:
         await erasure.finishing(db, sid, work)
         keyring = await db.keys.ring(sid, generation, task=pending)
@@ -62,9 +59,7 @@ async def admit_work(
         await reconcile.refuse_behind(db, sid, fence, operation)
 
 
-async def admit(
-    db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool, spend: bool = True
-) -> None:
+async def admit(db: Database, key: ScopeKey, generation: int, operation: str, *, units: int, explicit: bool) -> None:
     sid = key.scope_id
     async with db.checking(operation, scope_id=sid):
         admit_generation(generation)
@@ -80,30 +75,7 @@ async def admit(
         "per_minute": db.policy.explicit_ops_per_minute,
         "per_hour": db.policy.scope_ops_per_hour,
     }
-    if not spend:
-        await _rehearse(db, parameters)
-        return
     raise_refusal(await db.call(functions.ADMIT, parameters))
-
-
-class _Admitted(Exception):
-    """Ends a rehearsal's transaction admitted: rolled back (``_rehearse``)."""
-
-
-async def _rehearse(db: Database, parameters: dict[str, object]) -> None:
-    """The admission kept only if it refuses: committed then (its ledger row) and raised; admitted, rolled back,
-    so nothing it recorded as used stays. Whether the work would be admitted now: the memory service's ``Admit`` of
-    a search or a write, which the call that does it admits again."""
-    rows: list[Row[Any]] = []
-    try:
-        async with db.transaction() as conn:
-            rows = list((await conn.execute(functions.ADMIT, parameters)).all())
-            db.keys.serving(rows[0][-1])  # the server that answered (``functions.SERVER``), as ``Database.call``
-            if rows[0].refusal is None:
-                raise _Admitted
-    except _Admitted:
-        return
-    raise_refusal(rows)
 
 
 async def claim_once(db: Database, jti: str, valid_until: datetime) -> None:

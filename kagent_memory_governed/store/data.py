@@ -24,7 +24,7 @@ from kagent_memory_governed.keys import Keyring, fence_of
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import live, scope_rows
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.service.values import Fact
+from kagent_memory_governed.service.values import Embedding, Fact
 from kagent_memory_governed.store import functions, reconcile, sealing
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, raise_refusal, record, refuse
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, Page
@@ -100,7 +100,7 @@ async def search(
     db: Database,
     key: ScopeKey,
     generation: int,
-    embeddings: Sequence[Sequence[float]],
+    embeddings: Sequence[Embedding],
     *,
     top_k: int,
     min_score: float,

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import uuid
-from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.limits import MAX_PAGE as MAX_PAGE  # its home is limits, light for the clients
+from kagent_memory_governed.service.values import Embedding as Embedding
 from kagent_memory_governed.service.values import Hit as Hit  # one class for the store and its remote clients
 from kagent_memory_governed.service.values import Turn as Turn
 
@@ -18,7 +18,7 @@ _TURN_NAMESPACE = uuid.UUID("5b0c7e1e-3f2a-4c55-9d7e-6b6d67000001")
 @dataclass(frozen=True, slots=True)
 class NewFact:
     text: str
-    embedding: Sequence[float]
+    embedding: Embedding
 
 
 @dataclass(frozen=True, slots=True)

@@ -91,26 +91,6 @@ async def test_refused_admission_records_no_usage_and_a_fenced_scope_is_refused_
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.usage") == 0
 
 
-async def test_a_check_only_admission_decides_as_the_spending_one_and_records_only_its_refusals(
-    store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
-    refused = "SELECT count(*) FROM governed_memory.ledger WHERE result = 'refused'"
-    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
-    with freeze_time(T0, real_asyncio=True):
-        checks = [await _outcome(store, key, generation, units=1, explicit=True, spend=False) for _ in range(5)]
-        assert checks == ["ok"] * 5  # a burst of 3: nothing was spent, so every check passes
-        assert await sql.fetchval("SELECT count(*) FROM governed_memory.usage") == 0
-        assert await _outcome(store, key, generation, units=61, spend=False) == "hourly_ceiling"
-        assert await _outcome(store, key, generation + 1, units=1, spend=False) == "consent_stale"
-        assert await sql.fetchval(refused) == 2  # a refused check is the ledger's, as any refusal
-        spent = [await _outcome(store, key, generation, units=1, explicit=True) for _ in range(4)]
-        assert spent == ["ok"] * 3 + ["rate_limited"]
-        assert await _outcome(store, key, generation, units=1, explicit=True, spend=False) == "rate_limited"
-        assert (
-            await sql.fetchval("SELECT coalesce(sum(units), 0) FROM governed_memory.usage WHERE kind = 'hourly'") == 3
-        )
-
-
 async def test_a_lowered_policy_lowers_the_limits(database_url: str, key: ScopeKey):
     lowered = Store.connect(database_url, Policy(explicit_burst=1, scope_ops_per_hour=2))
     try:

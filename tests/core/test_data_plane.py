@@ -198,6 +198,36 @@ async def test_a_token_past_its_lifetime_and_leeway_is_refused(store: Store, bri
             assert await refusal(client.admit(key, generation, "load", units=1)) is Reason.BAD_ASSERTION
 
 
+def test_a_token_verified_once_is_still_held_to_its_window(store: Store, bridge: Bridge):
+    """The service keeps a verified scope token by its digest: on the same clock, the same answers as verifying it
+    again, at both ends of its window."""
+    start = datetime.now(UTC).replace(microsecond=0)
+    data_plane = plane(store, bridge)
+    with freeze_time(start) as frozen:
+        key = scope_key()
+        metadata = {"x-memory-scope": token_for(bridge, key, 1)}  # iat = start, exp = start + 120
+        assert data_plane._verified(metadata, HELPER) == server.Scope(key, 1)  # verified, and kept
+        for moment, admitted in ((-31, False), (-30, True), (149, True), (150, False), (0, True)):
+            frozen.move_to(start + timedelta(seconds=moment))
+            if admitted:
+                assert data_plane._verified(metadata, HELPER) == server.Scope(key, 1), moment
+            else:
+                with pytest.raises(GovernedMemoryError) as refused:
+                    data_plane._verified(metadata, HELPER)
+                assert refused.value.reason is Reason.BAD_ASSERTION, moment
+
+
+async def test_a_token_verified_for_one_agent_is_refused_to_another(store: Store, bridge: Bridge, port: int):
+    key = scope_key()
+    generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+    token = token_for(bridge, key, generation)
+    request = pb.AdmitRequest(operation="load", units=1)
+    helper = [("authorization", "Bearer token-of-helper"), ("x-memory-scope", token)]
+    other = [("authorization", "Bearer token-of-other"), ("x-memory-scope", token)]
+    assert await raw(port, "Admit", request, helper) == (grpc.StatusCode.OK, "")
+    assert await raw(port, "Admit", request, other) == (status(Reason.BAD_ASSERTION), "bad_assertion")
+
+
 @pytest.mark.parametrize(
     ("metadata", "reason"),
     [
@@ -413,22 +443,50 @@ async def test_searches_and_writes_without_admit_are_spent_against_the_hourly_ce
     assert await sql.fetchval(HOURLY) == 60 and (await store.status(key)).entries == 1
 
 
-async def test_admit_only_checks_a_search_or_a_write_and_records_a_summarization(
+async def test_admit_records_a_search_or_a_write_once_and_its_call_takes_it(
     store: Store, bridge: Bridge, client: RemoteStore, sql
 ):
+    """Admit records what it admits, as the in-process runtime's admission does; the call it admitted takes it and
+    spends nothing more; any other call is admitted and recorded where it is done."""
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     with presenting(token_for(bridge, key, generation)):
-        for operation in ("prefetch", "load", "save", "autosave") * 10:  # forty checks of 8 units: none recorded
-            await client.admit(key, generation, operation, units=8)
-        assert await sql.fetchval(HOURLY) == 0
-        await client.admit(key, generation, "summarize", units=1)  # the runtime's own model call: recorded here
-        assert await sql.fetchval(HOURLY) == 1
         await client.admit(key, generation, "load", units=2, explicit=True)
-        await client.search_many(key, generation, [embed("a"), embed("b")])  # spent by the search itself
-        assert await sql.fetchval(HOURLY) == 3
-        # a check over the ceiling is refused as the spending would be, and spends nothing
-        assert await refusal(client.admit(key, generation, "prefetch", units=58)) is Reason.HOURLY_CEILING
+        assert await sql.fetchval(HOURLY) == 2  # recorded when admitted, before the embedding
+        await client.search_many(key, generation, [embed("a"), embed("b")])  # takes that admission
+        assert await sql.fetchval(HOURLY) == 2
+        await client.search_many(key, generation, [embed("a"), embed("b")])  # nothing left to take: spent here
+        assert await sql.fetchval(HOURLY) == 4
+        await client.admit(key, generation, "prefetch", units=8)
+        await client.search_many(key, generation, [embed("a")])  # not the work admitted: spent again
+        assert await sql.fetchval(HOURLY) == 13
+        await client.admit(key, generation, "save", units=1, explicit=True)
+        await client.write(key, generation, facts("the user drinks green tea"))
+        assert await sql.fetchval(HOURLY) == 14
+        await client.admit(key, generation, "summarize", units=1)  # the runtime's own model call
+        assert await sql.fetchval(HOURLY) == 15
+        assert await refusal(client.admit(key, generation, "prefetch", units=46)) is Reason.HOURLY_CEILING
+        assert await sql.fetchval(HOURLY) == 15  # refused: nothing recorded, nothing to take
+
+
+async def test_an_admission_awaiting_its_call_lapses_and_is_no_pass_through_the_fence(
+    store: Store, bridge: Bridge, client: RemoteStore, sql
+):
+    """What ``Admit`` recorded for a search waits ``SPENT_SECONDS`` for it, then the search is admitted and spent
+    again; and it is no pass: a withdrawal between the two still refuses the search (the store's fence)."""
+    start = datetime.now(UTC).replace(microsecond=0)
+    with freeze_time(start, real_asyncio=True) as frozen:
+        key = scope_key()
+        generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
+        with presenting(token_for(bridge, key, generation)):
+            await client.admit(key, generation, "prefetch", units=1)
+        frozen.move_to(start + timedelta(seconds=server.SPENT_SECONDS + 1))
+        with presenting(token_for(bridge, key, generation)):
+            await client.search_many(key, generation, [embed("a")])  # the admission lapsed: spent here
+            assert await sql.fetchval(HOURLY) == 2
+            await client.admit(key, generation, "prefetch", units=1)
+            await store.off(key)
+            assert await refusal(client.search_many(key, generation, [embed("a")])) is Reason.CONSENT_DISABLED
         assert await sql.fetchval(HOURLY) == 3
 
 

@@ -202,9 +202,9 @@ async def test_a_withdrawal_during_an_in_flight_auto_save_leaves_nothing(
         embedder.gate = None
     assert off.generation == generation + 1
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 0
-    # held at the summary: the admission gate refuses before embedding; held at the embedding: the store's fence, or
-    # through the service the write's own admission, which fences first (service/server.py, ``_spend``)
-    operation = "autosave" if held_at == "summarize" or runtime.remote else "write"
+    # held at the summary: the admission gate refuses before embedding; held at the embedding: the store's fence,
+    # through the service too (the write takes the admission Admit recorded: service/server.py, ``_spend``)
+    operation = "autosave" if held_at == "summarize" else "write"
     refused = await sql.fetchval(
         "SELECT count(*) FROM governed_memory.ledger WHERE operation = $1 AND reason = 'consent_disabled'", operation
     )
