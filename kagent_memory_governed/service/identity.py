@@ -258,8 +258,7 @@ class WorkloadIdentity:
     async def agent(self, metadata: Metadata | None) -> AgentId:
         """The agent whose pod holds the call's token. ``BAD_IDENTITY`` (cause in CAUSES) for a token not accepted,
         ``IDENTITY_UNAVAILABLE`` when the cluster's keys cannot be had now."""
-        bearer = _bearer(metadata)
-        # a token verified before is looked up by the digest of exactly its text, before it is parsed again
+        bearer = _bearer(metadata)  # a token verified before is found by the digest of its text, before parsing
         digest = hashlib.sha256(bearer.encode()).digest() if bearer.isascii() else b""
         remembered, until = self._verified.get(digest, (None, 0))
         if remembered is not None and clock.now().timestamp() < until:
