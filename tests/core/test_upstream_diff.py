@@ -9,32 +9,19 @@ refuses a series until a person has re-signed every commit.
 
 from __future__ import annotations
 
-import importlib.machinery
-import importlib.util
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from upstream_diff.mails import file_diffs
+from upstream_diff.series import check_alone, check_moved, cut, export_series
 
 ROOT = Path(__file__).resolve().parents[2]
 SOURCE = "python/packages/kagent-adk/src/kagent/adk/types.py"
 PLACEHOLDER = ("kagent-memory-governed", "maintainers@kagent-memory-governed.invalid")
 PERSON = ("Ada Lovelace", "ada@example.org")
-
-
-def load_upstream_diff() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("upstream_diff", str(ROOT / "upstream-diff"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("upstream_diff", loader))
-    sys.modules["upstream_diff"] = module  # dataclasses look their module up while the class is built
-    loader.exec_module(module)
-    return module
-
-
-upstream_diff = load_upstream_diff()
 
 
 def git(tree: Path, *args: str, identity: tuple[str, str] = PLACEHOLDER) -> str:
@@ -104,36 +91,36 @@ def test_a_patch_whose_pre_image_is_not_the_pristine_base_fails_the_check(series
     base = pristine_copy(series, tmp_path)
     subprocess.run(["git", "apply", "--check", str(mails[1])], cwd=base, check=True)  # it applies, with an offset
     with pytest.raises(SystemExit, match=r"0002-.*index lines do not name the pristine test base blobs of .*types\.py"):
-        upstream_diff.check_alone(base, mails, "test base")
+        check_alone(base, mails, "test base")
     with pytest.raises(SystemExit, match=r"0002-.*git am -3 fails on a moved test base"):
-        upstream_diff.check_moved(base, mails, "test base")
+        check_moved(base, mails, "test base")
 
 
 def test_regenerate_cuts_each_patch_from_the_pristine_base(series: Path, tmp_path: Path):
-    names = upstream_diff.cut(series, tmp_path / "cut")
+    names = cut(series, tmp_path / "cut")
     mails = [tmp_path / "cut" / name for name in names]
     base = pristine_copy(series, tmp_path)
     pristine_blob = git(base, "hash-object", SOURCE).strip()
-    assert [diff.old for mail in mails for diff in upstream_diff.file_diffs(mail)] == [pristine_blob[:7]] * 2
+    assert [diff.old for mail in mails for diff in file_diffs(mail)] == [pristine_blob[:7]] * 2
     assert [name[:5] for name in names] == ["0001-", "0002-"]
     assert "Subject: [PATCH 2/2] fix(adk): the second patch" in mails[1].read_text()
-    upstream_diff.check_alone(base, mails, "test base")
-    upstream_diff.check_moved(base, mails, "test base")
+    check_alone(base, mails, "test base")
+    check_moved(base, mails, "test base")
     assert git(base, "status", "--porcelain") == "" and git(base, "rev-list", "--count", "HEAD").strip() == "1"
 
 
 def test_a_hand_edited_patch_fails_on_the_post_image_it_names(series: Path, tmp_path: Path):
-    [first, _] = [tmp_path / "cut" / name for name in upstream_diff.cut(series, tmp_path / "cut")]
+    [first, _] = [tmp_path / "cut" / name for name in cut(series, tmp_path / "cut")]
     first.write_text(first.read_text().replace("+line 5, first patch", "+line 5, edited by hand"))
     with pytest.raises(SystemExit, match="does not make the post-image"):
-        upstream_diff.check_alone(pristine_copy(series, tmp_path), [first], "test base")
+        check_alone(pristine_copy(series, tmp_path), [first], "test base")
 
 
 def test_a_commit_that_needs_the_one_before_is_not_cut_alone(series: Path, tmp_path: Path):
     edit(series, 5, "line 5, first patch, reworked by a third")
     commit(series, "fix(adk): a third patch on the first one's line")
     with pytest.raises(SystemExit, match="commit 0003 .* does not apply to the pristine base alone"):
-        upstream_diff.cut(series, tmp_path / "cut")
+        cut(series, tmp_path / "cut")
 
 
 def resign(tree: Path) -> None:
@@ -146,14 +133,14 @@ def resign(tree: Path) -> None:
 
 
 def test_export_refuses_a_series_that_still_carries_the_placeholder_sign_off(series: Path, tmp_path: Path):
-    checked = [tmp_path / "cut" / name for name in upstream_diff.cut(series, tmp_path / "cut")]
+    checked = [tmp_path / "cut" / name for name in cut(series, tmp_path / "cut")]
     with pytest.raises(SystemExit, match=r"refusing to export .*placeholder sign-off") as refused:
-        upstream_diff.export_series(series, tmp_path / "outgoing", checked)
+        export_series(series, tmp_path / "outgoing", checked)
     assert "the first patch" in str(refused.value) and "the second patch" in str(refused.value)
     assert not (tmp_path / "outgoing").exists()
 
     resign(series)
-    names = upstream_diff.export_series(series, tmp_path / "outgoing", checked)
+    names = export_series(series, tmp_path / "outgoing", checked)
     exported = [(tmp_path / "outgoing" / name).read_text() for name in names]
     for mail in exported:
         assert "From: Ada Lovelace <ada@example.org>" in mail
@@ -162,19 +149,19 @@ def test_export_refuses_a_series_that_still_carries_the_placeholder_sign_off(ser
 
 
 def test_export_refuses_a_commit_without_its_authors_sign_off(series: Path, tmp_path: Path):
-    checked = [tmp_path / "cut" / name for name in upstream_diff.cut(series, tmp_path / "cut")]
+    checked = [tmp_path / "cut" / name for name in cut(series, tmp_path / "cut")]
     resign(series)
     git(series, "commit", "-q", "--amend", "-m", "fix(adk): the second patch\n\nNo sign-off.", identity=PERSON)
     with pytest.raises(SystemExit, match=r"second patch \(author Ada Lovelace <ada@example.org>; signed off by none"):
-        upstream_diff.export_series(series, tmp_path / "outgoing", checked)
+        export_series(series, tmp_path / "outgoing", checked)
 
 
 def test_export_refuses_changes_that_are_not_the_checked_series(series: Path, tmp_path: Path):
-    checked = [tmp_path / "cut" / name for name in upstream_diff.cut(series, tmp_path / "cut")]
+    checked = [tmp_path / "cut" / name for name in cut(series, tmp_path / "cut")]
     resign(series)
     edit(series, 36, "line 36, an unchecked change")
     git(series, "commit", "-q", "-a", "--amend", "--no-edit", identity=PERSON)
     with pytest.raises(SystemExit, match="not the checked series"):
-        upstream_diff.export_series(series, tmp_path / "outgoing", checked)
+        export_series(series, tmp_path / "outgoing", checked)
     with pytest.raises(SystemExit, match="outside patches/"):
-        upstream_diff.export_series(series, ROOT / "patches" / "v0.0.0", checked)
+        export_series(series, ROOT / "patches" / "v0.0.0", checked)

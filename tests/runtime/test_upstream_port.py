@@ -9,13 +9,11 @@ reading tells a missing, a changed, an extended and a protobuf-replaced name apa
 from __future__ import annotations
 
 import ast
-import importlib.machinery
 import importlib.util
-import sys
 from pathlib import Path
-from types import ModuleType
 
 import pytest
+from upstream_diff import port, signatures
 
 from kagent_memory_governed.adk import upstream
 
@@ -23,17 +21,6 @@ ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "kagent_memory_governed"
 UPSTREAM = ("kagent", "google.adk", "google.genai", "a2a")
 LISTED = {entry.name for entry in upstream.PORT_NAMES}
-
-
-def load_upstream_diff() -> ModuleType:
-    loader = importlib.machinery.SourceFileLoader("upstream_diff", str(ROOT / "upstream-diff"))
-    module = importlib.util.module_from_spec(importlib.util.spec_from_loader("upstream_diff", loader))
-    sys.modules["upstream_diff"] = module  # dataclasses look their module up while the class is built
-    loader.exec_module(module)
-    return module
-
-
-upstream_diff = load_upstream_diff()
 
 
 def is_upstream(module: str) -> bool:
@@ -93,7 +80,7 @@ def used(site: list[Path]) -> set[str]:
     candidates = set().union(*(used_names(source) for source in PACKAGE.rglob("*.py")))
     overrides = {name[:-1] for name in candidates if name.endswith("?")}
     found = {name for name in candidates if not name.endswith("?")}
-    return found | {name for name in overrides if upstream_diff.describe(site, name) is not None}
+    return found | {name for name in overrides if signatures.describe(site, name) is not None}
 
 
 def test_every_upstream_name_the_package_uses_is_listed(used: set[str]):
@@ -113,7 +100,7 @@ def test_every_runtime_patch_target_is_listed():
 def test_the_installed_release_has_every_listed_name(entry: upstream.UpstreamName, site: list[Path]):
     if entry.use is upstream.Use.SERIES and importlib.util.find_spec("kagent.adk.extensions") is None:
         pytest.skip("runtime-patching mode: the series' names are checked by ./upstream-diff check")
-    assert upstream_diff.describe(site, entry.name) is not None
+    assert signatures.describe(site, entry.name) is not None
 
 
 def test_the_port_report_tells_changes_apart(tmp_path: Path):
@@ -142,7 +129,7 @@ class Builder:
     (after / "pkg/helpers.py").write_text("def split(text, limit=None): ...\n")
 
     def verdict(name: str) -> str:
-        return upstream_diff.verdict(upstream_diff.describe([before], name), upstream_diff.describe([after], name))
+        return port.verdict(signatures.describe([before], name), signatures.describe([after], name))
 
     assert verdict("pkg.split") == "extended"  # a parameter with a default added, behind a lazy export
     assert verdict("pkg.gone") == "missing"
