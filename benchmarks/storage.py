@@ -11,11 +11,18 @@ prefetch of 8 subqueries with ``search_many`` (one fence, one ledger row).
 
 **Floor**, measured in the same run on a raw asyncpg connection (binary, prepared): a round trip (``SELECT``
 of nothing), an empty transaction, and a durable autocommit (a one-row UPDATE, so the commit flushes WAL); a
-durable commit costs that minus a round trip. An operation's floor is
+durable commit costs that minus a round trip. Beside them, what sealing adds, on the minimal path
+(``cryptography`` and numpy, no code of the store): opening a scope's ``--entries`` entries (one AES-256-GCM
+decryption each under a key of its own, set up each time, the embedding copied into a matrix), an exact rank of
+them (cosine in double precision, top 5, for one query and for ``SUBQUERIES``), sealing one entry; and each
+key-store call, made directly on the key store the store uses in the run (a keyring of ``--entries`` keys
+fetched, one key stored, the keys below a generation destroyed with the erasure's record, their absence
+verified). An operation's floor is
 
     fewest round trips the guarantees allow x round trip + the server's execution time + commits x commit
+      + the sealing work it must do in the process + the key-store calls it must make
 
-with the fewest round trips and durable commits in ``FEWEST``. The server's execution time is
+with each operation's terms in ``FEWEST``. The server's execution time is
 ``pg_stat_statements``' ``total_exec_time`` of the top-level statements the store sent (their calls are the
 server-side statement count). Unset ``--url``, the embedded server is started with it preloaded; on a
 ``--url`` server it is used when it is preloaded and installed; otherwise the server time is the
@@ -61,9 +68,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import asyncpg
 import numpy as np
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 from pgvector.asyncpg import register_vector
 from sqlalchemy import Table, event
 
@@ -73,6 +82,9 @@ from kagent_memory_governed.errors import Operation, Result
 from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS, Policy, admit_fact
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact, Store
+
+if TYPE_CHECKING:  # the plain-text store of the side-by-side block (``arm.py`` imports this module) has no keys
+    from kagent_memory_governed.keys import EntryKey, KeyStore
 
 DIM = EMBEDDING_DIMENSIONS
 TOPICS = 50
@@ -84,23 +96,54 @@ SUBQUERIES = 8  # a prefetch of a first message
 WARMUP = 20
 BREAKDOWN_RUNS = 30
 FLOOR_RUNS = 100  # per sample batch; a batch is taken before and after each phase
+KEY_STORE_RUNS = 20  # key-store probes per sample batch, each on a scope of its own
+SEALED_PROBES = 8  # scopes sealed for the floor's opening and ranking, taken in turn
+SEALING = ("open", "rank", "rank_prefetch", "seal")  # the floor's sealing terms (``Floor``)
+KEY_STORE_CALLS = ("store", "fetch", "destroy", "destroyed")  # the floor's key-store calls: ``KeyStore``'s methods
 COPY_SCOPES = 100  # scopes per COPY batch
 
 
 @dataclass(frozen=True)
 class Fewest:
-    """The fewest round trips and durable commits an operation's guarantees allow."""
+    """The fewest round trips and durable commits an operation's guarantees allow, the sealing work it must do in
+    the process and the key-store calls it must make (names of ``Floor.figures``' terms)."""
 
     round_trips: int
     durable_commits: int
     why: str
+    sealing: tuple[str, ...] = ()
+    key_store: tuple[str, ...] = ()
 
 
 FEWEST = {
-    "search": Fewest(1, 0, "fence, exact top-k and ledger row in one statement; the ledger row is not durable"),
-    "save": Fewest(2, 2, "admit, then write: admission precedes the embedding call; each commits durably"),
-    "off": Fewest(1, 3, "one call: the fence commits, then the delete, then the verification"),
-    "prefetch": Fewest(1, 0, f"{SUBQUERIES} subqueries: one fence, one snapshot, one ledger row"),
+    "search": Fewest(
+        1,
+        0,
+        "fence, the scope's sealed entries and ledger row in one statement (the ledger row is not durable); the"
+        " entries opened and ranked in the process; the keyring is fetched while the statement runs",
+        sealing=("open", "rank"),
+    ),
+    "save": Fewest(
+        2,
+        2,
+        "admit, then write: admission precedes the embedding call; each commits durably; the entry sealed and its"
+        " key stored before the write's statement (the keyring is fetched beside it)",
+        sealing=("seal",),
+        key_store=("store",),
+    ),
+    "off": Fewest(
+        1,
+        3,
+        "one call: the fence commits, then the delete, then the verification; in the key store, the scope's last"
+        " erasure read (a database behind it is brought forward first), the keys destroyed, then verified gone",
+        key_store=("fetch", "destroy", "destroyed"),
+    ),
+    "prefetch": Fewest(
+        1,
+        0,
+        f"{SUBQUERIES} subqueries: one fence, one snapshot, one ledger row; the entries opened once, ranked for each",
+        sealing=("open", "rank_prefetch"),
+    ),
 }
 
 
@@ -442,42 +485,147 @@ async def _entry_bytes(conn: asyncpg.Connection, table: str, sizes: dict) -> dic
     }
 
 
+_ASSOCIATED = b"kagent-memory-governed/entry/1"  # as long as the store's prefix: as many bytes authenticated
+
+
+@dataclass(frozen=True)
+class SealedProbe:
+    """A scope's entries sealed as the store seals them (AES-256-GCM under a key each, ``nonce || ciphertext ||
+    tag`` of the text's length, the text and the embedding, the scope and entry ids as associated data), with
+    ``cryptography`` alone; and queries near its topics."""
+
+    entries: list[tuple[bytes, bytes, bytes]]  # key, sealed, associated data
+    queries: np.ndarray  # SUBQUERIES x DIM
+    body: bytes  # one entry's plaintext, for sealing
+
+    @classmethod
+    def of(cls, data: Data, s: int) -> SealedProbe:
+        vectors, topics, texts = data.scope(s)
+        scope, entries = uuid.uuid4(), []
+        body = b""
+        for text, vector in zip(texts, vectors, strict=True):
+            key, nonce, context = (
+                AESGCM.generate_key(256),
+                os.urandom(12),
+                _ASSOCIATED + scope.bytes + uuid.uuid4().bytes,
+            )
+            raw = text.encode()
+            body = len(raw).to_bytes(2, "big") + raw + vector.astype("<f4").tobytes()
+            entries.append((key, nonce + AESGCM(key).encrypt(nonce, body, context), context))
+        rng = np.random.default_rng([data.seed, s, 1])
+        return cls(entries, np.stack([data.query(rng, topics) for _ in range(SUBQUERIES)]), body)
+
+    def open(self) -> np.ndarray:
+        """Every entry opened, its embedding copied into a row of one single-precision matrix."""
+        matrix = np.empty((len(self.entries), DIM), dtype="<f4")
+        into, width = matrix.data.cast("B"), 4 * DIM
+        for i, (key, sealed, context) in enumerate(self.entries):
+            view = memoryview(sealed)
+            body = AESGCM(key).decrypt(view[:12], view[12:], context)
+            into[i * width : (i + 1) * width] = memoryview(body)[2 + int.from_bytes(body[:2], "big") :]
+        return matrix
+
+    def seal(self) -> bytes:
+        key, nonce = AESGCM.generate_key(256), os.urandom(12)
+        return nonce + AESGCM(key).encrypt(nonce, self.body, self.entries[0][2])
+
+
+def _exact_rank(matrix: np.ndarray, queries: np.ndarray) -> list[np.ndarray]:
+    """Each query's top 5 by cosine distance in double precision, ties by position (a stable sort)."""
+    wide, asked = matrix.astype(np.float64), queries.astype(np.float64)
+    norms = np.sqrt(np.einsum("qd,qd->q", asked, asked))[:, None] * np.sqrt(np.einsum("nd,nd->n", wide, wide))
+    return [np.argsort(row, kind="stable")[:TOP_K] for row in 1.0 - asked @ wide.T / norms]
+
+
 class Floor:
     """What the wire and the server cost with no work: a round trip (``SELECT`` of nothing, prepared), an
     empty transaction (BEGIN, COMMIT) and a durable autocommit (a one-row UPDATE of ``probe``: it writes
     WAL, so its commit flushes it; an xid alone writes none and commits asynchronously), on a raw asyncpg
-    connection, sampled in batches through a phase."""
+    connection; what sealing costs the process on the minimal path (``SealedProbe``: a scope's entries opened, an
+    exact rank of them for one query and for ``SUBQUERIES``, one entry sealed); and each key-store call, made
+    directly on ``keys`` for a scope of its own holding a keyring of ``entries`` keys, as a loaded scope does
+    (stored untimed; then one key stored, the keyring fetched, every key destroyed with the erasure's record, their
+    absence verified; each probe leaves a keyring holding only that record, as an erased scope's). Sampled in
+    batches through a phase."""
 
-    def __init__(self, conn: asyncpg.Connection, probe: str) -> None:
+    def __init__(self, conn: asyncpg.Connection, probe: str, keys: KeyStore, data: Data) -> None:
         self.conn = conn
         self.probe = probe
+        self.keys = keys
+        self.entries = data.entries
+        self.sealed = [SealedProbe.of(data, s) for s in range(SEALED_PROBES)]
         self.samples: dict[str, list[float]] = defaultdict(list)
 
-    async def sample(self, runs: int = FLOOR_RUNS) -> None:
-        for _ in range(runs):
+    def _time(self, name: str, started: float) -> None:
+        self.samples[name].append(time.perf_counter() - started)
+
+    async def sample(self, runs: int = FLOOR_RUNS, key_store_runs: int = KEY_STORE_RUNS) -> None:
+        for n in range(runs):
             started = time.perf_counter()
             await self.conn.fetchrow("SELECT")
-            self.samples["round_trip"].append(time.perf_counter() - started)
+            self._time("round_trip", started)
             started = time.perf_counter()
             async with self.conn.transaction():
                 pass
-            self.samples["empty_transaction"].append(time.perf_counter() - started)
+            self._time("empty_transaction", started)
             started = time.perf_counter()
             await self.conn.execute(f"UPDATE {self.probe} SET n = n + 1")
-            self.samples["durable_autocommit"].append(time.perf_counter() - started)
+            self._time("durable_autocommit", started)
+            sealed = self.sealed[n % len(self.sealed)]
+            started = time.perf_counter()
+            matrix = sealed.open()
+            self._time("open", started)
+            started = time.perf_counter()
+            _exact_rank(matrix, sealed.queries[:1])
+            self._time("rank", started)
+            started = time.perf_counter()
+            _exact_rank(matrix, sealed.queries)
+            self._time("rank_prefetch", started)
+            started = time.perf_counter()
+            sealed.seal()
+            self._time("seal", started)
+        for _ in range(key_store_runs):
+            await self._sample_key_store()
+
+    async def _sample_key_store(self) -> None:
+        from kagent_memory_governed.keys import EntryKey, Fence
+
+        scope = uuid.uuid4()
+
+        def keys(count: int) -> dict[uuid.UUID, EntryKey]:
+            return {uuid.uuid4(): EntryKey(os.urandom(32), os.urandom(16), 1) for _ in range(count)}
+
+        await self.keys.store(scope, keys(self.entries - 1))  # a loaded scope, bar the save's entry
+        started = time.perf_counter()
+        await self.keys.store(scope, keys(1))
+        self._time("store", started)
+        started = time.perf_counter()
+        await self.keys.fetch(scope)
+        self._time("fetch", started)
+        started = time.perf_counter()
+        await self.keys.destroy(scope, before=2, fence=Fence(2, withdrawn=True))
+        self._time("destroy", started)
+        started = time.perf_counter()
+        gone = await self.keys.destroyed(scope, before=2)
+        self._time("destroyed", started)
+        assert gone, "the key store kept keys it was asked to destroy"
 
     def figures(self) -> dict[str, float]:
         """Medians of the samples taken since the last call; a durable commit costs the durable autocommit
         minus a round trip."""
         ms = {name: float(np.median(values)) * 1000 for name, values in self.samples.items()}
-        runs = len(self.samples["round_trip"])
+        runs, key_store_runs = len(self.samples["round_trip"]), len(self.samples["store"])
         self.samples.clear()
         return {
             "round_trip_ms": ms["round_trip"],
             "empty_transaction_ms": ms["empty_transaction"],
             "durable_autocommit_ms": ms["durable_autocommit"],
             "durable_commit_ms": max(ms["durable_autocommit"] - ms["round_trip"], 0.0),
+            "sealing_ms": {name: ms[name] for name in SEALING},
+            "key_store_ms": {name: ms[name] for name in KEY_STORE_CALLS},
             "runs": runs,
+            "key_store_runs": key_store_runs,
+            "entries": self.entries,
         }
 
 
@@ -639,7 +787,7 @@ class Bench:
         await self.baseline.create()
         probe = f"{self.baseline.schema}.commit_probe"
         await conn.execute(f"CREATE TABLE {probe} AS SELECT 0::bigint AS n")
-        self.floor = Floor(conn, probe)
+        self.floor = Floor(conn, probe, self.store.key_store, self.data)
         self.server = ServerTime(conn)
         await self.server.open(install_statistics)
 
@@ -920,9 +1068,10 @@ class Bench:
 
     async def phase(self, runs: int, label: str) -> dict:
         """Every measurement at the current size, the floor sampled before and after."""
+        load_before = os.getloadavg()
         await self.floor.sample()
         self.say(f"[{label}] searching")
-        result = {"search": await self.search(runs)}
+        result: dict = {"search": await self.search(runs)}
         self.say(f"[{label}] prefetching")
         result["prefetch"] = await self.prefetch(max(runs // 4, 2))
         self.say(f"[{label}] admission")
@@ -939,6 +1088,7 @@ class Bench:
         await self.floor.sample()
         result["floor"] = self.floor.figures()
         result["operations"] = _operations(result)
+        result["load_average"] = {"before": load_before, "after": os.getloadavg()}
         return result
 
 
@@ -959,10 +1109,14 @@ def _operations(phase: dict) -> dict:
         else:
             server_ms = max(part["statement_ms"] - part["statements"] * floor["round_trip_ms"], 0.0)
             source = "client-timed statements minus a round trip each"
+        sealing_ms = sum(floor["sealing_ms"][term] for term in fewest.sealing)
+        key_store_ms = sum(floor["key_store_ms"][call] for call in fewest.key_store)
         floor_ms = (
             fewest.round_trips * floor["round_trip_ms"]
             + server_ms
             + fewest.durable_commits * floor["durable_commit_ms"]
+            + sealing_ms
+            + key_store_ms
         )
         operations[name] = {
             "median_ms": governed["median_ms"],
@@ -970,6 +1124,10 @@ def _operations(phase: dict) -> dict:
             "floor_ms": floor_ms,
             "server_ms": server_ms,
             "server_time": source,
+            "sealing_ms": sealing_ms,
+            "sealing": list(fewest.sealing),
+            "key_store_ms": key_store_ms,
+            "key_store_calls": list(fewest.key_store),
             "fewest_round_trips": fewest.round_trips,
             "durable_commits": fewest.durable_commits,
             "round_trips": part["round_trips"],
@@ -1004,10 +1162,12 @@ async def run(
         "machine": {"cores": os.cpu_count(), "platform": platform.platform(), "python": platform.python_version()},
         "config": {"scopes": scopes, "entries": entries, "queries": queries, "seed": seed, "dimensions": DIM},
         "fewest": {name: vars(fewest) for name, fewest in FEWEST.items()},
+        "load_average_at_start": os.getloadavg(),  # before this run's own work: the machine's other load
     }
     started = time.perf_counter()
     try:
         await bench.open(install_statistics)
+        result["key_store"] = type(bench.store.key_store).__name__
         result["server"] = await bench.settings()
         bench.say(f"loading {scopes} scopes x {entries} entries into both stores")
         result["load"] = await bench.load(scopes)
@@ -1075,8 +1235,9 @@ def targets(result: dict) -> dict:
 
 BEFORE = "a8c46aa37ce65aa0246e69de32be8d83cd0b6407"  # the last store with plain-text entries (issue 29)
 SIDE_OPERATIONS = ("search", "save", "prefetch", "load")  # load: admit + search, as load_memory runs
-BOUNDED = ("search", "save", "prefetch")  # issue 29's bound applies to the benchmark's own three
-SIDE_BOUND = 1.5  # issue 29: each median at most 1.5x the plain-text store's, same machine, same run
+# each median at most this many times the plain-text store's, same machine, same run: issue 29's 1.5x for the
+# benchmark's own three, a cold search's restated by issue 37 at 2.0x (its sealed entries are opened in the process)
+SIDE_BOUNDS = {"search": 2.0, "save": 1.5, "prefetch": 1.5}
 BATCH = 10
 
 
@@ -1209,6 +1370,7 @@ async def side_by_side(
 
         for name in arms:
             await ask(name, "search", WARMUP)
+        load_before = os.getloadavg()
         measured = {name: {op: {"seconds": [], "recall": []} for op in SIDE_OPERATIONS} for name in arms}
         totals = {"search": runs, "save": runs, "prefetch": max(runs // 4, 2), "load": runs}
         names = list(arms)
@@ -1219,6 +1381,7 @@ async def side_by_side(
                     answer = await ask(name, op, min(BATCH, totals[op] - turn))
                     measured[name][op]["seconds"] += answer["seconds"]
                     measured[name][op]["recall"] += answer["recall"]
+        load_after = os.getloadavg()
     finally:
         for process in processes.values():
             if process.returncode is None:
@@ -1230,7 +1393,13 @@ async def side_by_side(
         await admin.close()
         if bao is not None:
             bao.stop()
-    result: dict = {"before": before, "runs": totals, "arms": {}}
+    result: dict = {
+        "before": before,
+        "runs": totals,
+        "bounds": SIDE_BOUNDS,
+        "load_average": {"before": load_before, "after": load_after},
+        "arms": {},
+    }
     for name in arms:
         result["arms"][name] = {
             op: {
@@ -1271,7 +1440,8 @@ def side_lines(side: dict) -> list[str]:
     lines = [
         f"side by side, one run, batches of {BATCH} taking turns: before = {side['before'][:12]}, after = this tree"
         f" ({side['runs']['search']} searches, {side['runs']['save']} saves, {side['runs']['prefetch']} prefetches,"
-        f" {side['runs']['load']} loads an arm; load = admit + search, as load_memory runs)",
+        f" {side['runs']['load']} loads an arm; load = admit + search, as load_memory runs); load average (1 min)"
+        f" {side['load_average']['before'][0]:.2f} before, {side['load_average']['after'][0]:.2f} after",
         *_grid(rows),
         "recall@5: "
         + ", ".join(
@@ -1283,10 +1453,10 @@ def side_lines(side: dict) -> list[str]:
     for name in arms:
         if name == "before":
             continue
-        for op in BOUNDED:
+        for op, bound in SIDE_BOUNDS.items():
             ratio = arms[name]["ratio"][op]
-            verdict = "pass" if ratio <= SIDE_BOUND else "FAIL"
-            lines.append(f"  {verdict}  {labels[name]} {op} median <= {SIDE_BOUND}x before: {ratio:.2f}")
+            verdict = "pass" if ratio <= bound else "FAIL"
+            lines.append(f"  {verdict}  {labels[name]} {op} median <= {bound}x before: {ratio:.2f}")
         recall = min(arms[name]["search"]["recall_at_5"], arms[name]["prefetch"]["recall_at_5"])
         lines.append(f"  {'pass' if recall == 1.0 else 'FAIL'}  {labels[name]} recall@5 = 1.00: {recall:.3f}")
     return lines
@@ -1311,9 +1481,10 @@ def _entry_line(side: str, storage: dict) -> str:
     )
 
 
-def _phase_lines(phase: dict, scopes: int, entries: int, queries: int) -> list[str]:
+def _phase_lines(phase: dict, scopes: int, entries: int, queries: int, key_store: str) -> list[str]:
     load, floor, ops, storage = phase["load"], phase["floor"], phase["operations"], phase["storage"]
     search, prefetch, save = phase["search"], phase["prefetch"], phase["save"]
+    sealing, calls, average = floor["sealing_ms"], floor["key_store_ms"], phase["load_average"]
     lines = [
         f"{scopes:,} scopes x {entries} entries, {queries} queries; load (binary COPY):"
         f" governed {load['governed_copy_s']:.1f} s, baseline {load['baseline_copy_s']:.1f} s + btree"
@@ -1322,6 +1493,13 @@ def _phase_lines(phase: dict, scopes: int, entries: int, queries: int) -> list[s
         f"floor (raw asyncpg, median of {floor['runs']}): round trip {floor['round_trip_ms']:.3f} ms, empty"
         f" transaction {floor['empty_transaction_ms']:.3f} ms, durable autocommit {floor['durable_autocommit_ms']:.3f}"
         f" ms (a durable commit: {floor['durable_commit_ms']:.3f} ms); server time: {ops['search']['server_time']}",
+        f"floor, sealing on the minimal path (cryptography and numpy, median of {floor['runs']}): open"
+        f" {floor['entries']} entries {sealing['open']:.3f} ms, exact rank {sealing['rank']:.3f} ms"
+        f" ({SUBQUERIES} queries {sealing['rank_prefetch']:.3f} ms), seal one {sealing['seal']:.3f} ms",
+        f"floor, key-store calls made directly on the run's {key_store} (median of {floor['key_store_runs']}, a"
+        f" keyring of {floor['entries']}): store one key {calls['store']:.3f} ms, fetch {calls['fetch']:.3f} ms,"
+        f" destroy {calls['destroy']:.3f} ms, verify destroyed {calls['destroyed']:.3f} ms",
+        f"load average (1 min) {average['before'][0]:.2f} before these measurements, {average['after'][0]:.2f} after",
     ]
     rows = [
         (
@@ -1329,7 +1507,7 @@ def _phase_lines(phase: dict, scopes: int, entries: int, queries: int) -> list[s
             "median ms",
             "p95 ms",
             "floor ms",
-            "= trips x RT + server + commits",
+            "= trips x RT + server + commits + sealing + key store",
             "median/floor",
             "p95/floor",
             "baseline ms",
@@ -1353,7 +1531,8 @@ def _phase_lines(phase: dict, scopes: int, entries: int, queries: int) -> list[s
                 f"{op['p95_ms']:.3f}",
                 f"{op['floor_ms']:.3f}",
                 f"{op['fewest_round_trips']} x {floor['round_trip_ms']:.3f} + {op['server_ms']:.3f}"
-                f" + {op['durable_commits']} x {floor['durable_commit_ms']:.3f}",
+                f" + {op['durable_commits']} x {floor['durable_commit_ms']:.3f} + {op['sealing_ms']:.3f}"
+                f" + {op['key_store_ms']:.3f}",
                 f"{op['ratio_to_floor']['median']:.2f}",
                 f"{op['ratio_to_floor']['p95']:.2f}",
                 f"{op['baseline_median_ms']:.3f}",
@@ -1402,11 +1581,15 @@ def _phase_lines(phase: dict, scopes: int, entries: int, queries: int) -> list[s
 
 
 def table(result: dict) -> str:
-    config = result["config"]
-    lines = _phase_lines(result, config["scopes"], config["entries"], config["queries"])
+    config, key_store, average = result["config"], result["key_store"], result["load_average_at_start"]
+    lines = [
+        f"{result['date']}, {result['machine']['cores']} cores; load average at the start of the run (1, 5, 15"
+        f" min): {average[0]:.2f}, {average[1]:.2f}, {average[2]:.2f}",
+        *_phase_lines(result, config["scopes"], config["entries"], config["queries"], key_store),
+    ]
     if "growth" in result:
         growth = result["growth"]
-        lines += ["", *_phase_lines(growth, growth["scopes"][1], config["entries"], config["queries"])]
+        lines += ["", *_phase_lines(growth, growth["scopes"][1], config["entries"], config["queries"], key_store)]
         lines.append(
             f"growth {growth['scopes'][0]:,} -> {growth['scopes'][1]:,} scopes (median ratio): governed search"
             f" {growth['search_median_ratio']:.2f}, save {growth['save_median_ratio']:.2f};"

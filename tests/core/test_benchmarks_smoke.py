@@ -1,8 +1,8 @@
 """The storage benchmark runs end to end in a tiny configuration on the test database.
 
-A smoke test, not a timing test: it asserts that the run completes, reports every figure (the floor, each
-operation's ratio to it and to the baseline, the round trips counted), finds what exact search must find,
-and leaves no baseline schema behind. No assertion is about speed.
+A smoke test, not a timing test: it asserts that the run completes, reports every figure (the floor with the
+sealing work and key-store calls it counts, each operation's ratio to it and to the baseline, the round trips
+counted), finds what exact search must find, and leaves no baseline schema behind. No assertion is about speed.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 import asyncpg
+import pytest
 from support import benchmark, key_store_of
 
 
@@ -51,12 +52,31 @@ async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str)
     floor = result["floor"]
     assert {"round_trip_ms", "empty_transaction_ms", "durable_autocommit_ms", "durable_commit_ms"} <= floor.keys()
     assert floor["round_trip_ms"] > 0
+    assert floor["entries"] == 20  # the floor opens as many entries as a scope holds
+    assert floor["sealing_ms"].keys() == {"open", "rank", "rank_prefetch", "seal"}
+    assert floor["key_store_ms"].keys() == {"store", "fetch", "destroy", "destroyed"}
+    assert all(ms > 0 for ms in [*floor["sealing_ms"].values(), *floor["key_store_ms"].values()])
     for name in ("search", "save", "off", "prefetch"):
         operation = result["operations"][name]
-        assert operation["floor_ms"] >= operation["fewest_round_trips"] * floor["round_trip_ms"]
+        assert operation["floor_ms"] == pytest.approx(
+            operation["fewest_round_trips"] * floor["round_trip_ms"]
+            + operation["server_ms"]
+            + operation["durable_commits"] * floor["durable_commit_ms"]
+            + operation["sealing_ms"]
+            + operation["key_store_ms"]
+        )
         assert operation["round_trips"] >= 1  # counted from the statements the store sent
         assert {"median", "p95"} <= operation["ratio_to_floor"].keys()
         assert {"median", "p95"} <= operation["ratio_to_baseline"].keys()
+    operations = result["operations"]
+    for name, prefetch in (("search", False), ("prefetch", True)):  # a search opens and ranks the scope's entries
+        ranked = floor["sealing_ms"]["rank_prefetch" if prefetch else "rank"]
+        assert operations[name]["sealing_ms"] == pytest.approx(floor["sealing_ms"]["open"] + ranked)
+    # an erasure reads the key store's record, destroys the keys and verifies them gone; a save stores its key
+    erasure = floor["key_store_ms"]["fetch"] + floor["key_store_ms"]["destroy"] + floor["key_store_ms"]["destroyed"]
+    assert operations["off"]["key_store_ms"] == pytest.approx(erasure)
+    assert operations["save"]["key_store_ms"] == pytest.approx(floor["key_store_ms"]["store"])
+    assert len(result["load_average_at_start"]) == 3 and len(result["load_average"]["after"]) == 3
     assert all({"measured", "limit", "met"} <= check.keys() for check in result["targets"].values())
     assert storage.table(result)
     json.dumps(result)
@@ -84,7 +104,12 @@ async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_on
         assert arm["search"]["recall_at_5"] == 1.0 and arm["prefetch"]["recall_at_5"] == 1.0, name
         assert arm["save"]["runs"] == 4
     assert {"search", "save", "prefetch", "load"} == side["arms"]["after"]["ratio"].keys()
-    assert any("side by side" in line for line in storage.side_lines(side))
+    lines = storage.side_lines(side)
+    assert any("side by side" in line and "load average" in line for line in lines)
+    # a cold search at most 2.0x the plain-text store's (the 1.5x line is retired), save and prefetch 1.5x
+    for op, bound in (("search", 2.0), ("save", 1.5), ("prefetch", 1.5)):
+        assert any(f"after (embedded keys) {op} median <= {bound}x before" in line for line in lines), op
+    assert not any("search median <= 1.5x" in line for line in lines)
 
 
 async def test_the_data_plane_benchmark_runs_every_operation_on_every_arm(database_url: str, tmp_path) -> None:
