@@ -1,7 +1,7 @@
 """The data plane: facts written and searched under a consent generation, fenced in the statement that does the
 work; and the subject's own paged view of its entries, with cursors bound to their scope. Entries are sealed
 under keys of their own before they are written, and opened and ranked here after they are read
-(``store/sealing.py``); the keys come from the key store, never from the database."""
+(``store/entry_format.py``, ``store/ranking.py``); the keys come from the key store, never from the database."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int
 from kagent_memory_governed.schema import live, scope_rows
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.service.values import Embedding, Fact
-from kagent_memory_governed.store import functions, reconcile, sealing
+from kagent_memory_governed.store import entry_format, functions, keyrings, ranking, reconcile
 from kagent_memory_governed.store.database import Database, admit_read, erasure_state, raise_refusal, record, refuse
 from kagent_memory_governed.store.values import MAX_PAGE, Entry, Hit, Page
 
@@ -47,8 +47,8 @@ async def write(
     distinct: dict[str, numpy.ndarray] = {}  # one entry a fact, with the first of its embeddings
     for fact, vector in admitted:
         distinct.setdefault(fact, vector)
-    new = {fact: (uuid.uuid4(), sealing.new_key(fact, sid, generation)) for fact in distinct}
-    sealed = [sealing.seal(new[fact][1], sid, new[fact][0], fact, vector) for fact, vector in distinct.items()]
+    new = {fact: (uuid.uuid4(), entry_format.new_key(fact, sid, generation)) for fact in distinct}
+    sealed = [entry_format.seal(new[fact][1], sid, new[fact][0], fact, vector) for fact, vector in distinct.items()]
     keys = {entry: entry_key for entry, entry_key in new.values()}
     try:
         # durable before any ciphertext it opens is committed; the keyring was being fetched meanwhile
@@ -124,12 +124,12 @@ async def search(
         db.keys.cancel(sid, pending)
         return [[] for _ in queries]
     # unpacked, not by name: a hundred rows' attributes by name cost half a millisecond
-    sealed_rows: list[sealing.SealedRow] = [(entry, sealed, at, until) for _, entry, sealed, at, until, _ in rows]
+    sealed_rows: list[entry_format.SealedRow] = [(entry, sealed, at, until) for _, entry, sealed, at, until, _ in rows]
     keyring = await db.keys.ring(sid, generation, needs=[row[0] for row in sealed_rows], task=pending)
     # a search need not follow an admission (the service's data plane): a database behind is caught here
     await _regressed(db, sid, keyring, generation, Operation.SEARCH)
-    batch = sealing.open_batch(sid, sealed_rows, keyring)
-    ranked = sealing.rank(batch, queries, top_k=top_k, max_distance=1.0 - float(min_score))
+    batch = entry_format.open_batch(sid, sealed_rows, keyring)
+    ranked = ranking.rank(batch.matrix, queries, top_k=top_k, max_distance=1.0 - float(min_score))
     return [
         [
             Hit(batch.ids[i], batch.texts[i].decode("utf-8"), 1.0 - d, batch.created_at[i], batch.expires_at[i])
@@ -183,11 +183,11 @@ async def inspect(db: Database, key: ScopeKey, *, limit: int, cursor: str | None
             tuple_(scoped.c.created_at, scoped.c.entry_id) > tuple_(literal(after[0]), literal(after[1]))
         )
     keyring = asyncio.ensure_future(db.keys.store.fetch(sid))  # the subject's own read: never a kept keyring
-    keyring.add_done_callback(sealing.retrieve)
+    keyring.add_done_callback(keyrings.retrieve)
     try:
         rows = await _page(db, sid, query, now, limit)
-        sealed_rows = [sealing.Row(r.entry_id, r.sealed, r.created_at, r.expires_at) for r in rows[:limit]]
-        opened = {e.entry_id: e for e in sealing.open_entries(sid, sealed_rows, await keyring)}
+        sealed_rows = [entry_format.Row(r.entry_id, r.sealed, r.created_at, r.expires_at) for r in rows[:limit]]
+        opened = {e.entry_id: e for e in entry_format.open_entries(sid, sealed_rows, await keyring)}
     finally:
         keyring.cancel()
     page = [

@@ -46,7 +46,7 @@ from kagent_memory_governed.store.connection import (
     tls_cause,
 )
 from kagent_memory_governed.store.functions import SERVER
-from kagent_memory_governed.store.sealing import Keyrings
+from kagent_memory_governed.store.keyrings import Keyrings
 
 _DATABASE_ERRORS = (
     SQLAlchemyError,
@@ -193,7 +193,7 @@ class _Refused(Exception):
 @dataclass(frozen=True, slots=True)
 class Database:
     """The engine and the policy every statement of the store runs under, and the keyrings that open what the
-    statements return (the keys themselves are never in the database: ``store/sealing.py``)."""
+    statements return (the keys themselves are never in the database: ``store/entry_format.py``)."""
 
     engine: AsyncEngine  # autocommit: a statement outside ``transaction`` is a transaction of its own
     policy: Policy

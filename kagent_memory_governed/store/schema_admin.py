@@ -102,7 +102,7 @@ _REWRITTEN = "rewrite_entries"  # the ledger's record of a rewrite that kept no 
 
 
 async def _seal(db: Database, batch: int) -> int:
-    from kagent_memory_governed.store import sealing
+    from kagent_memory_governed.store import entry_format
 
     total = 0
     while True:
@@ -119,8 +119,8 @@ async def _seal(db: Database, batch: int) -> int:
             ).all()
             by_scope: dict[uuid.UUID, dict[uuid.UUID, tuple[EntryKey, bytes]]] = {}
             for row in rows:
-                key = sealing.new_key(row.plain_text, row.scope_id, row.generation)
-                sealed = sealing.seal(
+                key = entry_format.new_key(row.plain_text, row.scope_id, row.generation)
+                sealed = entry_format.seal(
                     key, row.scope_id, row.entry_id, row.plain_text, numpy.asarray(row.plain_embedding)
                 )
                 by_scope.setdefault(row.scope_id, {})[row.entry_id] = (key, sealed)

@@ -153,7 +153,7 @@ from pathlib import Path
 from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
-from kagent_memory_governed.store import Store, sealing
+from kagent_memory_governed.store import Store, entry_format, keyrings, ranking
 from kagent_memory_governed.testing import embed
 
 
@@ -162,7 +162,12 @@ def keys_held(store):
 
 
 def caches():  # any module-level mapping of key bytes, as a cipher cache keyed by key was
-    return [n for n, v in vars(sealing).items() if isinstance(v, dict) and any(isinstance(k, bytes) for k in v)]
+    return [
+        n
+        for module in (entry_format, ranking, keyrings)
+        for n, v in vars(module).items()
+        if isinstance(v, dict) and any(isinstance(k, bytes) for k in v)
+    ]
 
 
 async def main():

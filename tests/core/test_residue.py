@@ -41,7 +41,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.keys import KeyStore, LocalKeyStore, OpenBaoKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store import NewFact, Store, sealing
+from kagent_memory_governed.store import NewFact, Store, entry_format
 
 
 @pytest.fixture(scope="module", params=["local", "openbao"])
@@ -183,11 +183,11 @@ async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_c
             every_key.update(await keys.fetch(key.scope_id))
         assert erased.isdisjoint(every_key)
         for entry in erased:
-            row = sealing.Row(entry, sealed[entry], None, None)
+            row = entry_format.Row(entry, sealed[entry], None, None)
             for key in scopes.values():
-                assert sealing.open_entries(key.scope_id, [row], every_key) == []
+                assert entry_format.open_entries(key.scope_id, [row], every_key) == []
                 for candidate in every_key.values():  # nor any key left, tried as its key
-                    assert sealing.open_entries(key.scope_id, [row], {entry: candidate}) == []
+                    assert entry_format.open_entries(key.scope_id, [row], {entry: candidate}) == []
         for way in ("forget_all", "off", "offboard"):
             assert await keys.destroyed(scopes[way].scope_id, before=2**62)
         assert await keys.destroyed(scopes["forget"].scope_id, entries=[forgotten])
@@ -197,9 +197,9 @@ async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_c
         opened = {
             entry.entry_id: entry.text
             for way in ("kept", "forget")
-            for entry in sealing.open_entries(
+            for entry in entry_format.open_entries(
                 scopes[way].scope_id,
-                [sealing.Row(e, sealed[e], None, None) for e in kept],
+                [entry_format.Row(e, sealed[e], None, None) for e in kept],
                 await keys.fetch(scopes[way].scope_id),
             )
         }

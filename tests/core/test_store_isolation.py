@@ -14,7 +14,7 @@ from support import facts, make_key, refusal
 from kagent_memory_governed.errors import Reason
 from kagent_memory_governed.policy import admit_embedding
 from kagent_memory_governed.scope import Origin, ScopeKey
-from kagent_memory_governed.store import Store, sealing
+from kagent_memory_governed.store import Store, entry_format, ranking
 from kagent_memory_governed.testing import embed
 
 SECRET = "alice keeps her spare key under the blue flowerpot"
@@ -94,17 +94,17 @@ async def test_a_cursor_from_another_scope_or_forged_is_refused(store: Store, co
         assert await refusal(store.inspect(key, cursor=forged)) is Reason.BAD_INPUT
 
 
-def _batch_of(rows: numpy.ndarray) -> sealing.Batch:
+def _batch_of(rows: numpy.ndarray) -> entry_format.Batch:
     ids = sorted(uuid.uuid4() for _ in rows)
     never = [datetime(2030, 1, 1, tzinfo=UTC)] * len(rows)
     admitted = numpy.stack([admit_embedding(row) for row in rows])  # only what a write would store
-    return sealing.Batch(ids, [b"fact"] * len(rows), admitted, never, never)
+    return entry_format.Batch(ids, [b"fact"] * len(rows), admitted, never, never)
 
 
-def _exact(batch: sealing.Batch, query: numpy.ndarray, top_k: int, max_distance: float) -> list[tuple[int, float]]:
+def _exact(batch: entry_format.Batch, query: numpy.ndarray, top_k: int, max_distance: float) -> list[tuple[int, float]]:
     """The definition: every entry's cosine distance in double precision (each entry's is the same whichever others
     are computed beside it), nearest first, ties by entry id."""
-    distances = sealing._distances(query, batch.matrix)
+    distances = ranking._distances(query, batch.matrix)
     order = numpy.argsort(distances, kind="stable")[:top_k]
     return [(int(i), float(distances[i])) for i in order if distances[i] <= max_distance]
 
@@ -134,7 +134,7 @@ def test_ranking_in_the_process_is_exact_cosine_in_double_precision_with_ties_by
         scaled = (rng.choice([1e-20, 1e-17, 1.0, 1e16]) * rng.standard_normal(768) for _ in range(7))
         queries += [admit_embedding(query) for query in scaled]
         for top_k, max_distance in ((5, 2.0), (1, 2.0), (100, 2.0), (5, 0.5)):
-            ranked = sealing.rank(batch, queries, top_k=top_k, max_distance=max_distance)
+            ranked = ranking.rank(batch.matrix, queries, top_k=top_k, max_distance=max_distance)
             for query, found in zip(queries, ranked, strict=True):
                 expected = _exact(batch, query, top_k, max_distance)
                 assert found == expected
