@@ -86,7 +86,7 @@ def chained(series: Path, tmp_path: Path) -> list[Path]:
     return sorted(target.glob("*.patch"))
 
 
-def test_a_patch_whose_pre_image_is_not_the_pristine_base_fails_the_check(series: Path, tmp_path: Path):
+def test_a_patch_whose_pre_image_is_not_the_pristine_base_fails_the_check(series: Path, tmp_path: Path) -> None:
     mails = chained(series, tmp_path)
     base = pristine_copy(series, tmp_path)
     subprocess.run(["git", "apply", "--check", str(mails[1])], cwd=base, check=True)  # it applies, with an offset
@@ -96,7 +96,7 @@ def test_a_patch_whose_pre_image_is_not_the_pristine_base_fails_the_check(series
         check_moved(base, mails, "test base")
 
 
-def test_regenerate_cuts_each_patch_from_the_pristine_base(series: Path, tmp_path: Path):
+def test_regenerate_cuts_each_patch_from_the_pristine_base(series: Path, tmp_path: Path) -> None:
     names = cut(series, tmp_path / "cut")
     mails = [tmp_path / "cut" / name for name in names]
     base = pristine_copy(series, tmp_path)
@@ -109,14 +109,14 @@ def test_regenerate_cuts_each_patch_from_the_pristine_base(series: Path, tmp_pat
     assert git(base, "status", "--porcelain") == "" and git(base, "rev-list", "--count", "HEAD").strip() == "1"
 
 
-def test_a_hand_edited_patch_fails_on_the_post_image_it_names(series: Path, tmp_path: Path):
+def test_a_hand_edited_patch_fails_on_the_post_image_it_names(series: Path, tmp_path: Path) -> None:
     [first, _] = [tmp_path / "cut" / name for name in cut(series, tmp_path / "cut")]
     first.write_text(first.read_text().replace("+line 5, first patch", "+line 5, edited by hand"))
     with pytest.raises(SystemExit, match="does not make the post-image"):
         check_alone(pristine_copy(series, tmp_path), [first], "test base")
 
 
-def test_a_commit_that_needs_the_one_before_is_not_cut_alone(series: Path, tmp_path: Path):
+def test_a_commit_that_needs_the_one_before_is_not_cut_alone(series: Path, tmp_path: Path) -> None:
     edit(series, 5, "line 5, first patch, reworked by a third")
     commit(series, "fix(adk): a third patch on the first one's line")
     with pytest.raises(SystemExit, match="commit 0003 .* does not apply to the pristine base alone"):
@@ -132,7 +132,7 @@ def resign(tree: Path) -> None:
     git(tree, "rebase", "-q", "--signoff", root, "--exec", documented.group(1), identity=PERSON)
 
 
-def test_export_refuses_a_series_that_still_carries_the_placeholder_sign_off(series: Path, tmp_path: Path):
+def test_export_refuses_a_series_that_still_carries_the_placeholder_sign_off(series: Path, tmp_path: Path) -> None:
     checked = [tmp_path / "cut" / name for name in cut(series, tmp_path / "cut")]
     with pytest.raises(SystemExit, match=r"refusing to export .*placeholder sign-off") as refused:
         export_series(series, tmp_path / "outgoing", checked)
@@ -148,7 +148,7 @@ def test_export_refuses_a_series_that_still_carries_the_placeholder_sign_off(ser
         assert PLACEHOLDER[1] not in mail
 
 
-def test_export_refuses_a_commit_without_its_authors_sign_off(series: Path, tmp_path: Path):
+def test_export_refuses_a_commit_without_its_authors_sign_off(series: Path, tmp_path: Path) -> None:
     checked = [tmp_path / "cut" / name for name in cut(series, tmp_path / "cut")]
     resign(series)
     git(series, "commit", "-q", "--amend", "-m", "fix(adk): the second patch\n\nNo sign-off.", identity=PERSON)
@@ -156,7 +156,7 @@ def test_export_refuses_a_commit_without_its_authors_sign_off(series: Path, tmp_
         export_series(series, tmp_path / "outgoing", checked)
 
 
-def test_export_refuses_changes_that_are_not_the_checked_series(series: Path, tmp_path: Path):
+def test_export_refuses_changes_that_are_not_the_checked_series(series: Path, tmp_path: Path) -> None:
     checked = [tmp_path / "cut" / name for name in cut(series, tmp_path / "cut")]
     resign(series)
     edit(series, 36, "line 36, an unchecked change")

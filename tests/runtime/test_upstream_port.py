@@ -64,14 +64,17 @@ def used_names(source: Path) -> set[str]:
     return found
 
 
+def imported_from(package: str) -> Path:
+    """The directory the installed ``package`` is imported from."""
+    spec = importlib.util.find_spec(package)
+    assert spec is not None and spec.submodule_search_locations
+    return Path(next(iter(spec.submodule_search_locations)))
+
+
 @pytest.fixture(scope="module")
 def site() -> list[Path]:
     """Where the installed kagent-adk is read from: the patched tree first in entry-point mode."""
-    spec = importlib.util.find_spec("kagent.adk")
-    assert spec is not None and spec.submodule_search_locations
-    adk = Path(next(iter(spec.submodule_search_locations)))
-    core = Path(next(iter(importlib.util.find_spec("kagent.core").submodule_search_locations)))
-    return list(dict.fromkeys([adk.parents[1], core.parents[1]]))
+    return list(dict.fromkeys(imported_from(package).parents[1] for package in ("kagent.adk", "kagent.core")))
 
 
 @pytest.fixture(scope="module")
@@ -83,27 +86,27 @@ def used(site: list[Path]) -> set[str]:
     return found | {name for name in overrides if signatures.describe(site, name) is not None}
 
 
-def test_every_upstream_name_the_package_uses_is_listed(used: set[str]):
+def test_every_upstream_name_the_package_uses_is_listed(used: set[str]) -> None:
     assert sorted(used - LISTED) == []
 
 
-def test_every_listed_import_subclass_and_override_is_still_used(used: set[str]):
+def test_every_listed_import_subclass_and_override_is_still_used(used: set[str]) -> None:
     found_by_source = {upstream.Use.IMPORTED, upstream.Use.SUBCLASSED, upstream.Use.OVERRIDDEN}
     assert sorted(e.name for e in upstream.PORT_NAMES if e.use in found_by_source and e.name not in used) == []
 
 
-def test_every_runtime_patch_target_is_listed():
+def test_every_runtime_patch_target_is_listed() -> None:
     assert {f"{module}.{name}" for module, name in upstream.RUNTIME_PATCH_TARGETS} <= LISTED
 
 
 @pytest.mark.parametrize("entry", upstream.PORT_NAMES, ids=lambda entry: entry.name)
-def test_the_installed_release_has_every_listed_name(entry: upstream.UpstreamName, site: list[Path]):
+def test_the_installed_release_has_every_listed_name(entry: upstream.UpstreamName, site: list[Path]) -> None:
     if entry.use is upstream.Use.SERIES and importlib.util.find_spec("kagent.adk.extensions") is None:
         pytest.skip("runtime-patching mode: the series' names are checked by ./upstream-diff check")
     assert signatures.describe(site, entry.name) is not None
 
 
-def test_the_port_report_tells_changes_apart(tmp_path: Path):
+def test_the_port_report_tells_changes_apart(tmp_path: Path) -> None:
     before, after = tmp_path / "before", tmp_path / "after"
     sources = {
         before: """
