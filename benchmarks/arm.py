@@ -40,8 +40,12 @@ async def main() -> None:
     args = parser.parse_args()
     options = {}
     if "keys" in inspect.signature(Store.connect).parameters:  # a version that seals entries
-        from kagent_memory_governed.keys import configured
         from kagent_memory_governed.settings import Settings
+
+        try:
+            from kagent_memory_governed.embedded import key_store as configured
+        except ImportError:  # a version before the door chose the key store from the settings
+            from kagent_memory_governed.keys import configured  # type: ignore[attr-defined,no-redef]
 
         options["keys"] = configured(Settings(key_store=args.key_store, key_store_token=_token()))
     store = Store.connect(args.url, Policy(), **options)

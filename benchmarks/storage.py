@@ -1675,7 +1675,8 @@ async def main() -> None:
 def _key_store(url: str | None, data_dir: Path):
     """The governed side's key store: ``--key-store`` (with ``KAGENT_GOVERNED_MEMORY_KEY_STORE_TOKEN``), else one
     of its own beside the throwaway data."""
-    from kagent_memory_governed.keys import LocalKeyStore, configured
+    from kagent_memory_governed.embedded import key_store as configured
+    from kagent_memory_governed.keys import LocalKeyStore
     from kagent_memory_governed.settings import Settings
 
     return configured(Settings(key_store=url)) if url else LocalKeyStore(data_dir / "keys")

@@ -12,8 +12,8 @@ import os
 import sys
 
 from kagent_memory_governed.errors import ConfigurationError
-from kagent_memory_governed.mode import refuse_in_process_in_pod
-from kagent_memory_governed.settings import SWITCH, Settings
+from kagent_memory_governed.mode import load, refuse_in_process_in_pod
+from kagent_memory_governed.settings import SWITCH
 
 ENVIRONMENT_SWITCH = SWITCH
 EXIT_ACTIVATION_FAILED = 78  # EX_CONFIG
@@ -28,7 +28,7 @@ def activate_from_environment() -> None:
     try:
         if switch != "on":
             raise ConfigurationError(f"{ENVIRONMENT_SWITCH} must be 'on' or 'off'")
-        settings = Settings.load()
+        settings = load()
         settings.trust()  # a configuration error ends the process before kagent-adk is even imported
         refuse_in_process_in_pod(settings)
         from kagent_memory_governed.adk.runtime import install

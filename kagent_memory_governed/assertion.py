@@ -22,14 +22,15 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from cryptography.hazmat.primitives.serialization import load_pem_public_key
 
 from kagent_memory_governed.consent import admit_generation
-from kagent_memory_governed.contract import ControlOperation
 from kagent_memory_governed.ed25519 import is_prime_order_point
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey, ScopeKind
@@ -47,6 +48,28 @@ _PURPOSES = {
     "offboard": (_OFFBOARD_CLAIMS | {"op"}, "#offboard"),
 }
 _BASE64URL = re.compile(r"[A-Za-z0-9_-]+")
+
+
+class ControlOperation(StrEnum):
+    """The ``op`` claim of a control or offboarding token: the one call it was minted for."""
+
+    CONSENT = "consent"
+    STATUS = "status"
+    ENTRIES = "entries"
+    FORGET = "forget"
+    FORGET_ALL = "forget-all"
+    OFF = "off"
+    OFFBOARD = "offboard"
+
+    @property
+    def single_use(self) -> bool:
+        """Whether a token for this operation is accepted once only (``status`` and ``entries`` only read)."""
+        return self not in (ControlOperation.STATUS, ControlOperation.ENTRIES)
+
+    @property
+    def purpose(self) -> Literal["control", "offboard"]:
+        """The token's audience suffix: ``#offboard`` for offboarding, ``#control`` for every other call."""
+        return "offboard" if self is ControlOperation.OFFBOARD else "control"
 
 
 def _bad() -> GovernedMemoryError:

@@ -17,10 +17,9 @@ from collections.abc import Awaitable, Callable
 
 from pydantic import ValidationError
 
-from kagent_memory_governed.embedded import database_url, describe
+from kagent_memory_governed.embedded import database_url, describe, key_store
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
-from kagent_memory_governed.keys import configured
-from kagent_memory_governed.mode import connect
+from kagent_memory_governed.mode import check, connect, load
 from kagent_memory_governed.settings import Settings, problems
 from kagent_memory_governed.store import Store
 
@@ -38,14 +37,14 @@ async def _sweep(store: Store) -> None:
 
 
 async def _with_store(settings: Settings, work: Callable[[Store], Awaitable[None]]) -> None:
-    key_store = configured(settings)  # first: a refused key store is then the only line, before any database
+    keys = key_store(settings)  # first: a refused key store is then the only line, before any database
     try:
         policy = settings.load_policy()
         url = database_url(settings)
         print(f"database: {describe(settings)}")
-        store = Store.connect(url, policy, keys=key_store)
+        store = Store.connect(url, policy, keys=keys)
     except BaseException:
-        await key_store.close()
+        await keys.close()
         raise
     try:
         await work(store)
@@ -60,7 +59,7 @@ def _upstream(argv: list[str]) -> int:
     from kagent_memory_governed.activation import EXIT_ACTIVATION_FAILED
 
     try:
-        settings = Settings.load()  # before kagent is imported: a refusal is then the only line
+        settings = load()  # before kagent is imported: a refusal is then the only line
         settings.trust()
         store = connect(settings)  # the service's data plane, or the in-process store (``mode``)
         from kagent_memory_governed.adk.runtime import install
@@ -103,12 +102,12 @@ def main(argv: list[str] | None = None) -> int:
         from kagent_memory_governed.service.process import main as serve
 
         try:
-            return serve(Settings.load())
+            return serve(load())
         except ConfigurationError as error:
             print(f"kagent-memory-governed: not serving: {error}", file=sys.stderr)
             return EXIT_CONFIG
     try:
-        settings = Settings()
+        settings = check(Settings())
         if args.command == "demo":
             os.environ.setdefault("LOG_LEVEL", "ERROR")  # before kagent configures logging on import
             warnings.filterwarnings("ignore", message=r".*EXPERIMENTAL.*")

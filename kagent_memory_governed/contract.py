@@ -12,38 +12,16 @@ import re
 import uuid
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Annotated, Literal
 
 from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, ConfigDict, Field, PlainSerializer
 
+from kagent_memory_governed.assertion import ControlOperation as ControlOperation  # a token's ``op``: the core's
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.limits import MAX_PAGE
 
 PREFIX = "/memory/v1"
 MAX_BODY_BYTES = 1024
-
-
-class ControlOperation(StrEnum):
-    """The ``op`` claim of a control or offboarding token: the one call it was minted for."""
-
-    CONSENT = "consent"
-    STATUS = "status"
-    ENTRIES = "entries"
-    FORGET = "forget"
-    FORGET_ALL = "forget-all"
-    OFF = "off"
-    OFFBOARD = "offboard"
-
-    @property
-    def single_use(self) -> bool:
-        """Whether a token for this operation is accepted once only (``status`` and ``entries`` only read)."""
-        return self not in (ControlOperation.STATUS, ControlOperation.ENTRIES)
-
-    @property
-    def purpose(self) -> Literal["control", "offboard"]:
-        """The token's audience suffix: ``#offboard`` for offboarding, ``#control`` for every other call."""
-        return "offboard" if self is ControlOperation.OFFBOARD else "control"
 
 
 def rfc3339(moment: datetime) -> str:

@@ -22,6 +22,7 @@ from typing import NamedTuple, TextIO
 from pydantic import ValidationError
 
 from kagent_memory_governed import keys, mode
+from kagent_memory_governed.embedded import key_store
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
@@ -67,7 +68,7 @@ async def _key_store(settings: Settings) -> tuple[Check, KeyStore | None]:
     if not settings.key_store:
         return Check("key_store", False, "embedded_default_is_for_local_use_only"), None
     try:
-        store = keys.configured(settings)
+        store = key_store(settings)
     except ConfigurationError as error:
         return Check("key_store", False, error.code, _setting_named(error)), None
     except GovernedMemoryError as error:
@@ -179,9 +180,12 @@ def main_report(settings: Settings | None = None, out: TextIO | None = None) -> 
     """Print one line per check; 0 when every check passed, 1 otherwise, 2 when the settings do not load."""
     out = out or sys.stdout
     try:
-        settings = settings or Settings()
+        settings = mode.check(settings or Settings())
     except ValidationError as error:  # names only: a database URL may carry a password
         out.write(f"{'settings':<24} FAILED invalid_settings {problems(error)}\n")
+        return 2
+    except ConfigurationError as error:
+        out.write(f"{'settings':<24} FAILED invalid_settings {error}\n")
         return 2
     checks = [Check("settings", True), *asyncio.run(run(settings))]
     for check in checks:

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import platformdirs
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from pydantic import Field, SecretStr, ValidationError, field_validator, model_validator
+from pydantic import Field, SecretStr, ValidationError, model_validator
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from kagent_memory_governed.assertion import Trust
@@ -36,17 +36,6 @@ def _looks_like_ours(name: str) -> bool:
 def in_kubernetes_pod() -> bool:
     """Whether this process runs in a Kubernetes pod (the kubelet sets this variable in every container)."""
     return "KUBERNETES_SERVICE_HOST" in os.environ
-
-
-def refuse_embedded_in_pod(settings: Settings, setting: str, what: str) -> None:
-    """The one rule for every embedded default (the database, the key store): for local runs, so inside a
-    Kubernetes pod ``setting`` unset is a ``ConfigurationError`` (``missing``) unless
-    ``KAGENT_GOVERNED_MEMORY_EMBEDDED=true`` asks for ``what``."""
-    if in_kubernetes_pod() and not settings.embedded:
-        raise ConfigurationError(
-            f"{setting} is not set; inside a Kubernetes pod {what} is used only with {ENV_PREFIX}EMBEDDED=true",
-            code="missing",
-        )
 
 
 def problems(error: ValidationError) -> str:
@@ -97,25 +86,6 @@ class Settings(BaseSettings):
     in_process: bool = False  # inside a Kubernetes pod, the in-process store (every scope's credentials) when asked
     kagent_namespace: str | None = Field(default=None, validation_alias="KAGENT_NAMESPACE")
     kagent_name: str | None = Field(default=None, validation_alias="KAGENT_NAME")
-
-    @field_validator("database_url")
-    @classmethod
-    def _checked_url(cls, value: SecretStr | None) -> SecretStr | None:
-        # the scheme, the port, libpq's TLS parameters and their files: refused naming the parameter
-        if value is not None:
-            from kagent_memory_governed.store.connection import parse
-
-            parse(value.get_secret_value())
-        return value
-
-    @field_validator("key_store")
-    @classmethod
-    def _checked_key_store(cls, value: str | None) -> str | None:
-        if value is not None:
-            from kagent_memory_governed.keys import check_url
-
-            check_url(value)
-        return value
 
     @model_validator(mode="after")
     def _remote_holds_no_credential(self) -> Settings:

@@ -23,8 +23,10 @@ from service import REMOTE
 from support import KEY_STORE, bound_to, make_key, private_directory
 
 # Each test process (each xdist worker) keeps its entry keys apart, never in the user's data directory: two
-# processes erasing scopes of the same name in their own databases must not destroy each other's keys. Set, not
-# defaulted: a worker inherits the environment of the process that started it, this setting included.
+# processes erasing scopes of the same name in their own databases must not destroy each other's keys. In this
+# process the fixtures hand it down (``governed_key_store``); the processes a test starts (the CLI, ``serve``) read
+# it from their environment, as an operator sets it. Set, not defaulted: a worker inherits the environment of the
+# process that started it, this setting included.
 os.environ[KEY_STORE] = f"file://{private_directory('keys')}"
 
 from kagent_memory_governed.keys import LocalKeyStore
@@ -33,12 +35,26 @@ from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import Bridge, CountingEmbedder
 from kagent_memory_governed.testing.plugin import empty_tables
 
+KEYS = Path(urlsplit(os.environ[KEY_STORE]).path)
+
 # The suite stands on the package's own pytest plugin (kagent_memory_governed.testing.plugin).
 
 
 @pytest.fixture(scope="session")
+def governed_key_store() -> LocalKeyStore:
+    """The session store's key store (the plugin's fixture, overridden): this process's own."""
+    return LocalKeyStore(KEYS)
+
+
+@pytest.fixture(scope="session")
+def key_store(governed_key_store: LocalKeyStore) -> LocalKeyStore:
+    """For a test's own ``Store`` over ``database_url``: the key store bound to that database."""
+    return governed_key_store
+
+
+@pytest.fixture(scope="session")
 def database_url(governed_database_url: str) -> str:
-    bound_to(governed_database_url, Path(urlsplit(os.environ[KEY_STORE]).path))  # the session store's keys
+    bound_to(governed_database_url, KEYS)  # the session store's keys
     return governed_database_url
 
 
@@ -180,8 +196,7 @@ async def sql(database_url: str) -> AsyncIterator[asyncpg.Connection]:
 async def _clean_tables(request: pytest.FixtureRequest) -> AsyncIterator[None]:
     yield
     if "governed_database_url" in request.fixturenames:  # the test touched the database, and so its key store
-        keys = LocalKeyStore(Path(urlsplit(os.environ.get(KEY_STORE, "file:///nonexistent")).path))
-        await empty_tables(request.getfixturevalue("governed_database_url"), keys)
+        await empty_tables(request.getfixturevalue("governed_database_url"), LocalKeyStore(KEYS))
         if "governed_store" in request.fixturenames:  # what it keeps of those keyrings goes with them
             request.getfixturevalue("governed_store").drop_kept_keyrings()
 

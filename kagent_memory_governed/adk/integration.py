@@ -27,7 +27,7 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from google.adk.plugins import BasePlugin
 from google.adk.runners import Runner
@@ -43,7 +43,22 @@ from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.service.remote import RemoteStore
 
 if TYPE_CHECKING:
-    from kagent_memory_governed.adk.runtime import Runtime
+    from kagent_memory_governed.assertion import Trust
+    from kagent_memory_governed.store import Store
+
+
+class Runtime(Protocol):
+    """What an activated process hands the integration (``runtime.Runtime`` is one): declared here, so that the
+    integration never imports the module that installs it."""
+
+    @property
+    def trust(self) -> Trust: ...
+
+    @property
+    def store(self) -> Store | RemoteStore: ...
+
+    @property
+    def service(self) -> GovernedMemoryService: ...
 
 
 EXIT_NOT_READY = 78  # EX_CONFIG: the database is unreachable, unsupported or not migrated

@@ -27,7 +27,7 @@ from kagent_memory_governed.adk import integration, tools
 from kagent_memory_governed.adk.request import context_builder
 from kagent_memory_governed.adk.service import Embedder, GovernedMemoryService
 from kagent_memory_governed.assertion import Trust
-from kagent_memory_governed.mode import connect
+from kagent_memory_governed.mode import connect, load
 from kagent_memory_governed.service.remote import RemoteStore
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
@@ -84,7 +84,7 @@ def install(
     global _active
     if _active is not None:
         return _active
-    settings = settings or Settings.load()
+    settings = settings or load()
     trust = settings.trust()
     if store is None:
         store = connect(settings)

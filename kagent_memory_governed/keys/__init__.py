@@ -23,24 +23,24 @@ leak: without it, nothing in the database can be read back.
 from __future__ import annotations
 
 import ipaddress
-import os
-import re
-import ssl
 from pathlib import Path
-from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
-from kagent_memory_governed.errors import ConfigurationError
-from kagent_memory_governed.keys.keyring import FENCE, Binding, EntryKey, Fence, Keyring, KeyStore, entry_keys, fence_of
+from kagent_memory_governed.keys.keyring import (
+    FENCE,
+    SETTING,
+    Binding,
+    EntryKey,
+    Fence,
+    Keyring,
+    KeyStore,
+    entry_keys,
+    fence_of,
+)
 from kagent_memory_governed.keys.local import LocalKeyStore
 from kagent_memory_governed.keys.openbao import OpenBaoKeyStore
 
-if TYPE_CHECKING:
-    from kagent_memory_governed.settings import Settings
-
 _SCHEMES = ("file", "openbao+https", "openbao+http")
-SETTING = "KAGENT_GOVERNED_MEMORY_KEY_STORE"
-_TOKEN = re.compile(r"[\x21-\x7e]+")
 
 
 def check_url(url: str) -> None:
@@ -65,98 +65,15 @@ def check_url(url: str) -> None:
         raise ValueError(f"{name}: plain http only to a loopback address; use openbao+https")
 
 
-def configured(settings: Settings) -> KeyStore:
-    """The key store the settings name (``KAGENT_GOVERNED_MEMORY_KEY_STORE``). Unset, the embedded default beside
-    the embedded database (``<data dir>/keys``): only with the embedded database (never beside one named by
-    ``KAGENT_GOVERNED_MEMORY_DATABASE_URL``), and inside a Kubernetes pod only with
-    ``KAGENT_GOVERNED_MEMORY_EMBEDDED=true``. Refuses, with a ``ConfigurationError`` naming the setting and a
-    ``code``, never a value: a ``file://`` store inside a database's data directory (``inside_database``), an
-    OpenBao store without a token (``missing``), a token file that cannot be read or holds no token
-    (``token_unreadable``, ``token_empty``), a token that no HTTP header can carry (``token_invalid``), and a CA
-    bundle that cannot be read or holds no PEM certificate (``ca_unreadable``, ``ca_not_a_certificate``)."""
-    from kagent_memory_governed.settings import refuse_embedded_in_pod
-
-    url = settings.key_store
-    if not url:
-        if settings.database_url is not None:  # an operator's database: its keys go where the operator says
-            raise ConfigurationError(
-                f"{SETTING} is not set: the embedded key store serves the embedded database only; beside"
-                " KAGENT_GOVERNED_MEMORY_DATABASE_URL set file:///path explicitly for a local key store, or an"
-                " OpenBao URL (openbao+https://host:8200/<mount>)",
-                code="missing",
-            )
-        refuse_embedded_in_pod(settings, SETTING, "the embedded key store")
-        return LocalKeyStore(settings.data_dir / "keys")
-    parts = urlsplit(url)
-    if parts.scheme == "file":
-        root = Path(parts.path)
-        _outside_databases(root, settings)
-        return LocalKeyStore(root)
-    token = _checked_token(settings)
-    if settings.key_store_ca is not None:
-        _check_ca(settings.key_store_ca)
-    address = f"{parts.scheme.removeprefix('openbao+')}://{parts.netloc}"
-    return OpenBaoKeyStore(address, parts.path, token, ca_file=settings.key_store_ca)
-
-
-def _checked_token(settings: Settings) -> str:
-    """The token setting as given (``@/path`` stays a path: the store reads it again when the server refuses the
-    token), once its token is readable and fit for a header."""
-    name = f"{SETTING}_TOKEN"
-    setting = settings.key_store_token.get_secret_value() if settings.key_store_token else ""
-    if not setting:
-        raise ConfigurationError(f"governed memory needs {name}", code="missing")
-    token = setting
-    if setting.startswith("@"):
-        try:
-            token = Path(setting[1:]).read_text("utf-8").strip()
-        except (OSError, UnicodeDecodeError):
-            raise ConfigurationError(f"{name}: the token file is not readable", code="token_unreadable") from None
-        if not token:
-            raise ConfigurationError(f"{name}: the token file holds no token", code="token_empty")
-    if not _TOKEN.fullmatch(token):  # a newline or a space would break (or split) the request's header
-        raise ConfigurationError(f"{name}: not a token (visible ASCII, no spaces)", code="token_invalid")
-    return setting
-
-
-def _check_ca(path: Path) -> None:
-    name = f"{SETTING}_CA"
-    if not path.is_file() or not os.access(path, os.R_OK):
-        raise ConfigurationError(f"{name}: not a readable file", code="ca_unreadable")
-    try:
-        ssl.create_default_context(cafile=str(path))  # as the store loads it
-    except (ssl.SSLError, ValueError):  # before OSError: SSLError is one
-        raise ConfigurationError(f"{name}: holds no PEM certificate", code="ca_not_a_certificate") from None
-    except OSError:
-        raise ConfigurationError(f"{name}: not a readable file", code="ca_unreadable") from None
-
-
-def _outside_databases(root: Path, settings: Settings) -> None:
-    """Refuse a ``file://`` key store inside a database's data directory: every base backup would carry the keys."""
-    from kagent_memory_governed.embedded import data_directory
-
-    directories = [data_directory(settings)]
-    if settings.database_url is not None:  # a local server's socket directory is often its data directory
-        directories += _socket_data_directories(settings.database_url.get_secret_value())
-    where = root.resolve()
-    for directory in directories:
-        if where.is_relative_to(directory.resolve()):
-            raise ConfigurationError(
-                f"{SETTING}: inside a database's data directory, whose every base backup would carry the keys",
-                code="inside_database",
-            )
-
-
-def _socket_data_directories(url: str) -> list[Path]:
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
-    try:
-        hosts = make_url(url).query.get("host", ())
-    except ArgumentError:
-        return []
-    found = [Path(host) for host in ([hosts] if isinstance(hosts, str) else hosts) if host.startswith("/")]
-    return [directory for directory in found if (directory / "PG_VERSION").is_file()]  # initdb writes it
+def from_url(url: str, *, token: str | None = None, ca_file: Path | None = None) -> KeyStore:
+    """The key store ``url`` names (``check_url``'s forms), each parsing its own: ``LocalKeyStore.from_url`` for
+    ``file://``, ``OpenBaoKeyStore.from_url`` with ``token`` (a token, or ``@/path`` to a file kept renewed) and
+    ``ca_file`` for ``openbao+https://``. Refuses as ``check_url`` does (``ValueError`` naming the setting, never a
+    value), and a token or CA as ``OpenBaoKeyStore.from_url`` does (``ConfigurationError`` with a ``code``)."""
+    check_url(url)
+    if urlsplit(url).scheme == "file":
+        return LocalKeyStore.from_url(url)
+    return OpenBaoKeyStore.from_url(url, token=token, ca_file=ca_file)
 
 
 def _loopback(host: str) -> bool:
@@ -177,8 +94,9 @@ __all__ = [
     "Keyring",
     "LocalKeyStore",
     "OpenBaoKeyStore",
+    "SETTING",
     "check_url",
-    "configured",
+    "from_url",
     "entry_keys",
     "fence_of",
 ]

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import re
 import ssl
 from pathlib import Path
 from typing import Any
@@ -14,10 +16,12 @@ from urllib.parse import urlsplit
 
 import h11
 
-from kagent_memory_governed.keys.keyring import unavailable
+from kagent_memory_governed.errors import ConfigurationError
+from kagent_memory_governed.keys.keyring import SETTING, unavailable
 
 MAX_ANSWER = 4 * 1024 * 1024  # a keyring of 10 000 keys is under 1 MiB
 TIMEOUT = 10.0  # seconds, one exchange
+_TOKEN = re.compile(r"[\x21-\x7e]+")  # visible ASCII: what one header carries
 
 
 class _Refused(Exception):
@@ -164,3 +168,33 @@ def _transport_cause(error: BaseException) -> str:
     if isinstance(error, h11.ProtocolError):
         return "bad_request"
     return "unreachable"
+
+
+def check_token(setting: str) -> None:
+    """A token setting fit for the ``X-Vault-Token`` header: given, and (``@/path``) a readable file holding one."""
+    name = f"{SETTING}_TOKEN"
+    if not setting:
+        raise ConfigurationError(f"governed memory needs {name}", code="missing")
+    token = setting
+    if setting.startswith("@"):
+        try:
+            token = Path(setting[1:]).read_text("utf-8").strip()
+        except (OSError, UnicodeDecodeError):
+            raise ConfigurationError(f"{name}: the token file is not readable", code="token_unreadable") from None
+        if not token:
+            raise ConfigurationError(f"{name}: the token file holds no token", code="token_empty")
+    if not _TOKEN.fullmatch(token):  # a newline or a space would break (or split) the request's header
+        raise ConfigurationError(f"{name}: not a token (visible ASCII, no spaces)", code="token_invalid")
+
+
+def check_ca(path: Path) -> None:
+    """A CA bundle the client can load: a readable file holding a PEM certificate."""
+    name = f"{SETTING}_CA"
+    if not path.is_file() or not os.access(path, os.R_OK):
+        raise ConfigurationError(f"{name}: not a readable file", code="ca_unreadable")
+    try:
+        ssl.create_default_context(cafile=str(path))  # as the store loads it
+    except (ssl.SSLError, ValueError):  # before OSError: SSLError is one
+        raise ConfigurationError(f"{name}: holds no PEM certificate", code="ca_not_a_certificate") from None
+    except OSError:
+        raise ConfigurationError(f"{name}: not a readable file", code="ca_unreadable") from None

@@ -15,6 +15,7 @@ from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
 P = ParamSpec("P")
 T = TypeVar("T")
+SETTING = "KAGENT_GOVERNED_MEMORY_KEY_STORE"  # what refusals name: the setting, never its value
 KEY_BYTES = 32  # AES-256-GCM
 TOKEN_BYTES = 16
 _PACKED = f"q{KEY_BYTES}s{TOKEN_BYTES}s"  # generation, key, token

@@ -11,11 +11,13 @@ import uuid
 from collections.abc import Callable, Collection, Iterator, Mapping
 from functools import partial
 from pathlib import Path
+from urllib.parse import urlsplit
 
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
 from kagent_memory_governed.keys.keyring import (
+    SETTING,
     Binding,
     EntryKey,
     Fence,
@@ -44,6 +46,14 @@ class LocalKeyStore:
     def __init__(self, root: Path) -> None:
         self.root = Path(root)
         self._kept_keks: tuple[tuple[int, int, int], int, dict[int, bytes]] | None = None
+
+    @classmethod
+    def from_url(cls, url: str) -> LocalKeyStore:
+        """The store at ``file:///absolute/path``; anything else is a ``ValueError`` naming the setting."""
+        parts = urlsplit(url)
+        if parts.scheme != "file" or parts.netloc or not parts.path.startswith("/") or parts.query:
+            raise ValueError(f"{SETTING}: file:// needs an absolute path")
+        return cls(Path(parts.path))
 
     # the files
 

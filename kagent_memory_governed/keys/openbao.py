@@ -19,10 +19,10 @@ import uuid
 from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 from kagent_memory_governed.errors import GovernedMemoryError
-from kagent_memory_governed.keys.http import Client
+from kagent_memory_governed.keys.http import Client, check_ca, check_token
 from kagent_memory_governed.keys.keyring import (
     Binding,
     EntryKey,
@@ -69,6 +69,21 @@ class OpenBaoKeyStore:
     def __init__(self, address: str, mount: str, token: str, *, ca_file: Path | None = None, pool: int = 8) -> None:
         self._mount = mount.strip("/")
         self._http = Client(address, token, ca_file=ca_file, pool=pool)
+
+    @classmethod
+    def from_url(cls, url: str, *, token: str | None, ca_file: Path | None = None) -> OpenBaoKeyStore:
+        """The store at ``openbao+https://host[:port]/<mount>`` (``keys.check_url``), with ``token`` as set: a
+        token, or ``@/path`` to a file an agent keeps renewed (read again when the server refuses the token). Refuses
+        (``ConfigurationError`` naming the setting, with a ``code``, never a value) no token (``missing``), a token
+        file that cannot be read or holds none (``token_unreadable``, ``token_empty``), a token no HTTP header can
+        carry (``token_invalid``), and a CA bundle that cannot be read or holds no PEM certificate
+        (``ca_unreadable``, ``ca_not_a_certificate``)."""
+        parts = urlsplit(url)
+        check_token(token or "")
+        if ca_file is not None:
+            check_ca(ca_file)
+        address = f"{parts.scheme.removeprefix('openbao+')}://{parts.netloc}"
+        return cls(address, parts.path, token or "", ca_file=ca_file)
 
     def _at(self, kind: str, name: uuid.UUID | str) -> str:
         return f"/v1/{quote(self._mount)}/{kind}/{name}"

@@ -180,12 +180,11 @@ class _Server(uvicorn.Server):
 
 def main(settings: Settings) -> int:
     """``serve``: exit 78 with one line on a bad configuration or a store not ready; 0 when stopped."""
-    from kagent_memory_governed.embedded import database_url
-    from kagent_memory_governed.keys import configured
+    from kagent_memory_governed.embedded import database_url, key_store
 
     try:
         metering.export_from_environment()
-        keys = configured(settings)
+        keys = key_store(settings)
         store = Store.connect(database_url(settings), settings.load_policy(), keys=keys)
     except ConfigurationError as error:
         sys.stderr.write(f"kagent-memory-governed: not serving: {error}\n")

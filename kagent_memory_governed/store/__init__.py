@@ -53,7 +53,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 from kagent_memory_governed import redaction
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import Reason
-from kagent_memory_governed.keys import KeyStore, configured
+from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import Principal, ScopeKey
 from kagent_memory_governed.service.values import Embedding, Fact
@@ -103,7 +103,7 @@ class Store:
         url: str,
         policy: Policy,
         *,
-        keys: KeyStore | None = None,
+        keys: KeyStore,
         pool_size: int = 5,
         max_overflow: int = 10,
         pool_timeout: float = 10.0,
@@ -117,15 +117,10 @@ class Store:
         past ``connect_timeout``, a statement or lock wait past its timeout (``connection.Bounds``):
         ``store_unavailable (timeout)``. No pre-ping: a connection known closed is replaced at checkout.
 
-        Entries are sealed under keys held in ``keys``, a key store outside the database; unset, the one the
-        settings configure (``KAGENT_GOVERNED_MEMORY_KEY_STORE``, by default the embedded one beside the embedded
-        database: ``kagent_memory_governed.keys.configured``)."""
+        Entries are sealed under keys held in ``keys``, a key store outside the database (built by the caller from
+        its configuration: ``embedded.key_store`` for the settings, ``keys.from_url``)."""
         database = connection.parse(url)
         bounds = connection.Bounds(statement_timeout_ms, lock_timeout_ms)  # ValueError unless whole ms, >= 1
-        if keys is None:
-            from kagent_memory_governed.settings import Settings
-
-            keys = configured(Settings.load())
         redaction.install_log_boundary()
         pool = {"pool_size": pool_size, "max_overflow": max_overflow, "pool_timeout": pool_timeout}
         return cls(create_engine(database, pool, bounds), policy, keys)

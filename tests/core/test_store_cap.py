@@ -12,6 +12,7 @@ from freezegun import freeze_time
 from support import facts, refusal
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
@@ -63,8 +64,8 @@ async def test_expired_entries_do_not_hold_slots(store: Store, key: ScopeKey):
         await store.write(key, grant.generation, facts("x"))
 
 
-async def test_a_lowered_cap_is_enforced(database_url: str, key: ScopeKey):
-    lowered = Store.connect(database_url, Policy(entry_cap=3))
+async def test_a_lowered_cap_is_enforced(database_url: str, key_store: KeyStore, key: ScopeKey):
+    lowered = Store.connect(database_url, Policy(entry_cap=3), keys=key_store)
     try:
         grant = await lowered.grant(key, purpose="assist", policy_version="v1")
         assert grant.entry_cap == 3
@@ -78,7 +79,7 @@ async def test_a_lowered_cap_is_enforced(database_url: str, key: ScopeKey):
 async def test_a_cap_lowered_after_consent_applies_and_one_raised_after_consent_does_not(
     database_url: str, store: Store, key: ScopeKey
 ):
-    lowered = Store.connect(database_url, Policy(entry_cap=2))
+    lowered = Store.connect(database_url, Policy(entry_cap=2), keys=store.key_store)
     try:
         grant = await lowered.grant(key, purpose="assist", policy_version="v1")
         await lowered.write(key, grant.generation, facts("a", "b"))

@@ -9,6 +9,7 @@ import pytest
 from freezegun import freeze_time
 from support import facts
 
+from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
@@ -70,8 +71,10 @@ async def test_the_database_refuses_expiry_beyond_seven_days(store: Store, key: 
         )
 
 
-async def test_requested_expiry_is_capped_by_policy_and_consent(database_url: str, key: ScopeKey, sql):
-    lowered = Store.connect(database_url, Policy(max_expiry_seconds=3600))
+async def test_requested_expiry_is_capped_by_policy_and_consent(
+    database_url: str, key_store: KeyStore, key: ScopeKey, sql
+):
+    lowered = Store.connect(database_url, Policy(max_expiry_seconds=3600), keys=key_store)
     try:
         with freeze_time(T0, real_asyncio=True):
             grant = await lowered.grant(key, purpose="assist", policy_version="v1")
@@ -118,7 +121,7 @@ async def test_sweep_prunes_ledger_records_past_their_retention_and_keeps_the_la
         last = (await store.status(key)).last_erasure
         assert last is not None and last.at == T0 and last.result.value == "verified"
 
-        lowered = Store.connect(database_url, Policy(ledger_retention_days=30))
+        lowered = Store.connect(database_url, Policy(ledger_retention_days=30), keys=store.key_store)
         try:
             frozen.move_to(T0 + timedelta(days=431))
             await lowered.sweep()

@@ -159,7 +159,7 @@ async def test_a_pooled_connection_killed_while_idle_is_replaced_without_a_pre_p
     database_url: str, key: ScopeKey, sql: asyncpg.Connection, store: Store
 ):
     """No pre-ping round trip, yet the first operation after its backends were killed succeeds."""
-    own = Store.connect(database_url, Policy(), pool_size=2, max_overflow=0)
+    own = Store.connect(database_url, Policy(), keys=store.key_store, pool_size=2, max_overflow=0)
     pooled = []
     event.listen(own._engine.sync_engine, "checkin", lambda connection, record: pooled.append(connection))
     try:

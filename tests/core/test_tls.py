@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from support import KEY_STORE, free_port, key_store_of, pod_environment, private_directory, serve
 
 from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.store.connection import parse
@@ -165,7 +166,7 @@ def url_of(port: int, query: str = "", *, host: str = "localhost", user: str = "
 
 async def outcome(url: str) -> str:
     """``connected`` or the content-free refusal of one connection and query through the store."""
-    store = Store.connect(url, Policy(), pool_size=1, max_overflow=0)
+    store = Store.connect(url, Policy(), keys=LocalKeyStore(key_store_of(url)), pool_size=1, max_overflow=0)
     try:
         await store.revision()
     except GovernedMemoryError as refused:

@@ -35,7 +35,8 @@ async def test_a_reused_status_token_is_refused_past_the_hourly_limit_and_writes
 async def test_reads_of_one_scope_share_the_limit_and_it_frees_as_the_hour_passes(
     store: Store, database_url: str, new_key, sql
 ):
-    lowered = Store.connect(database_url, Policy(control_reads_per_hour=3))  # the policy may lower it
+    # the policy may lower it
+    lowered = Store.connect(database_url, Policy(control_reads_per_hour=3), keys=store.key_store)
     key, other = new_key(), new_key()
     try:
         with freeze_time(clock.now(), real_asyncio=True) as frozen:

@@ -1,5 +1,5 @@
 """Every key-store configuration error is one line with a reason code, naming the setting, never its value:
-in process (``keys.configured``), and from every command in a process of its own (``doctor`` a check line,
+in process (``embedded.key_store``), and from every command in a process of its own (``doctor`` a check line,
 ``static`` the activation refusal, ``migrate`` and ``sweep`` a configuration error). The embedded key store
 serves the embedded database only, and a ``file://`` store never lives inside a database's data directory."""
 
@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, NoEncryption,
 from cryptography.x509.oid import NameOID
 from support import COMMAND, pod_environment
 
-from kagent_memory_governed import keys
+from kagent_memory_governed import embedded, keys
 from kagent_memory_governed.errors import ConfigurationError
 from kagent_memory_governed.settings import Settings
 
@@ -104,7 +104,7 @@ def test_a_key_store_setting_that_cannot_be_used_is_refused_with_a_code_naming_t
 ):
     values = {name: value.format(home=files.home) for name, value in given.items()}
     with pytest.raises(ConfigurationError) as refused:
-        keys.configured(_settings(files.home, key_store=OPENBAO, **values))
+        embedded.key_store(_settings(files.home, key_store=OPENBAO, **values))
     assert refused.value.code == code
     message = str(refused.value)
     assert SECRET not in message and str(files.home) not in message and "\n" not in message
@@ -116,9 +116,9 @@ def test_a_readable_token_file_and_a_pem_ca_bundle_make_an_openbao_key_store(fil
     settings = _settings(
         files.home, key_store=OPENBAO, key_store_token=f"@{files.home}/token", key_store_ca=f"{files.home}/ca.pem"
     )
-    assert isinstance(keys.configured(settings), keys.OpenBaoKeyStore)
+    assert isinstance(embedded.key_store(settings), keys.OpenBaoKeyStore)
     literal = _settings(files.home, key_store=OPENBAO, key_store_token=SECRET)
-    assert isinstance(keys.configured(literal), keys.OpenBaoKeyStore)
+    assert isinstance(embedded.key_store(literal), keys.OpenBaoKeyStore)
 
 
 # the embedded key store, and where a local one may live
@@ -126,31 +126,29 @@ def test_a_readable_token_file_and_a_pem_ca_bundle_make_an_openbao_key_store(fil
 
 def test_beside_a_configured_database_the_embedded_key_store_must_be_named(tmp_path: Path, database_url: str, store):
     with pytest.raises(ConfigurationError) as refused:
-        keys.configured(_settings(tmp_path, database_url=database_url))
+        embedded.key_store(_settings(tmp_path, database_url=database_url))
     assert refused.value.code == "missing"
     assert str(refused.value).startswith(f"{KEY_STORE} is not set") and "file:///" in str(refused.value)
-    named = keys.configured(_settings(tmp_path, database_url=database_url, key_store=f"file://{tmp_path}/keys"))
+    named = embedded.key_store(_settings(tmp_path, database_url=database_url, key_store=f"file://{tmp_path}/keys"))
     assert isinstance(named, keys.LocalKeyStore) and named.root == tmp_path / "keys"
 
 
 def test_with_the_embedded_database_the_embedded_key_store_is_the_default_outside_a_pod(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ):
-    local = keys.configured(_settings(tmp_path))
+    local = embedded.key_store(_settings(tmp_path))
     assert isinstance(local, keys.LocalKeyStore) and local.root == tmp_path / "data" / "keys"
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     with pytest.raises(ConfigurationError) as refused:
-        keys.configured(_settings(tmp_path))
+        embedded.key_store(_settings(tmp_path))
     assert refused.value.code == "missing" and f"{PREFIX}EMBEDDED=true" in str(refused.value)
-    assert isinstance(keys.configured(_settings(tmp_path, embedded="true")), keys.LocalKeyStore)
+    assert isinstance(embedded.key_store(_settings(tmp_path, embedded="true")), keys.LocalKeyStore)
 
 
 def test_one_rule_refuses_both_embedded_defaults_in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
-    from kagent_memory_governed import embedded
-
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     messages = []
-    for refuse in (embedded.database_url, keys.configured):
+    for refuse in (embedded.database_url, embedded.key_store):
         with pytest.raises(ConfigurationError) as refused:
             refuse(_settings(tmp_path))
         messages.append(str(refused.value).split(" is not set; ", 1))
@@ -164,10 +162,10 @@ def test_one_rule_refuses_both_embedded_defaults_in_a_pod(tmp_path: Path, monkey
 @pytest.mark.parametrize("inside", ["postgres", "postgres/keys", "postgres/../postgres/base/keys"])
 def test_a_local_key_store_inside_the_embedded_database_directory_is_refused(tmp_path: Path, inside: str):
     with pytest.raises(ConfigurationError) as refused:
-        keys.configured(_settings(tmp_path, key_store=f"file://{tmp_path}/data/{inside}"))
+        embedded.key_store(_settings(tmp_path, key_store=f"file://{tmp_path}/data/{inside}"))
     assert refused.value.code == "inside_database"
     assert str(refused.value).startswith(f"{KEY_STORE}: inside") and str(tmp_path) not in str(refused.value)
-    beside = keys.configured(_settings(tmp_path, key_store=f"file://{tmp_path}/data/postgres-keys"))
+    beside = embedded.key_store(_settings(tmp_path, key_store=f"file://{tmp_path}/data/postgres-keys"))
     assert isinstance(beside, keys.LocalKeyStore)
 
 
@@ -177,7 +175,7 @@ def test_a_local_key_store_inside_the_data_directory_a_socket_url_names_is_refus
     socket = Path(database_url.split("host=")[1])  # the suite's server: its socket lives in its data directory
     assert (socket / "PG_VERSION").is_file()
     with pytest.raises(ConfigurationError) as refused:
-        keys.configured(_settings(tmp_path, database_url=database_url, key_store=f"file://{socket}/keys"))
+        embedded.key_store(_settings(tmp_path, database_url=database_url, key_store=f"file://{socket}/keys"))
     assert refused.value.code == "inside_database"
 
 

@@ -240,7 +240,7 @@ async def test_the_gauges_report_store_availability_and_unfinished_erasures(metr
     )
     await health.observe(store)
     assert gauges(metric_reader)[("governed_memory.erasures.unfinished", "failed")] == 1
-    gone = Store.connect(f"postgresql+asyncpg://postgres@/postgres?host={tmp_path}", Policy())
+    gone = Store.connect(f"postgresql+asyncpg://postgres@/postgres?host={tmp_path}", Policy(), keys=store.key_store)
     try:
         assert await health.observe(gone) is Reason.STORE_UNAVAILABLE
     finally:

@@ -80,7 +80,7 @@ async def test_each_change_of_the_stores_state_is_one_warning_line_naming_why(ca
 async def test_readiness_needs_no_token_and_names_no_database(store: Store, database_url: str):
     code, body = await ready(app_over(store))
     assert (code, body) == (200, {"ready": True})
-    other = Store.connect(database_url.replace("/postgres?", "/template1?"), Policy())
+    other = Store.connect(database_url.replace("/postgres?", "/template1?"), Policy(), keys=store.key_store)
     try:
         code, body = await ready(app_over(other))
     finally:

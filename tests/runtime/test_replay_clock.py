@@ -31,7 +31,7 @@ SKEW = timedelta(seconds=3 * LEEWAY_SECONDS)  # well past the leeway
 @pytest.fixture
 async def other(store: Store, database_url: str) -> AsyncIterator[Store]:
     """A second replica on the same database (``store`` is the first)."""
-    replica = Store.connect(database_url, Policy())
+    replica = Store.connect(database_url, Policy(), keys=store.key_store)
     yield replica
     await replica.close()
 

@@ -193,7 +193,7 @@ async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(
 
 
 async def test_an_exhausted_pool_fails_closed(database_url: str, store: Store):
-    small = Store.connect(database_url, Policy(), pool_size=1, max_overflow=0, pool_timeout=0.2)
+    small = Store.connect(database_url, Policy(), keys=store.key_store, pool_size=1, max_overflow=0, pool_timeout=0.2)
     key = make_key()
     try:
         generation = (await small.grant(key, purpose="assist", policy_version="v1")).generation
@@ -209,7 +209,7 @@ async def test_an_exhausted_pool_fails_closed(database_url: str, store: Store):
 async def test_a_lock_held_past_the_timeout_fails_closed_and_changes_nothing(
     database_url: str, store: Store, sql: asyncpg.Connection
 ):
-    impatient = Store.connect(database_url, Policy(), lock_timeout_ms=200)
+    impatient = Store.connect(database_url, Policy(), keys=store.key_store, lock_timeout_ms=200)
     key = make_key()
     try:
         generation = (await impatient.grant(key, purpose="assist", policy_version="v1")).generation
