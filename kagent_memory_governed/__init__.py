@@ -2,12 +2,8 @@
 
 ``install()`` activates it in a kagent-adk process; ``Store`` is the governed store over PostgreSQL, and
 ``RemoteStore`` the same calls through the governed memory service (``serve``); ``Settings`` reads the
-configuration; every refusal is a ``GovernedMemoryError`` whose ``Reason`` code is its whole message. See the
-README for the guarantees.
-
-    GovernedMemoryError(Exception)   a refusal or failure at run time; str() is the reason code
-    ConfigurationError(ValueError)   start-up only: a setting is missing or invalid (named, never echoed)
-      PolicyError                    a policy file or key is invalid
+configuration; every refusal is a ``GovernedMemoryError`` whose ``Reason`` code is its whole message (the
+exception tree is drawn once, in ``kagent_memory_governed.errors``). See the README for the guarantees.
 """
 
 from __future__ import annotations

@@ -1,8 +1,12 @@
 """The one error type of governed memory, its reason codes, and the codes the ledger records with them.
 
-    GovernedMemoryError              every refusal and failure; ``reason`` is the whole message
-    ConfigurationError(ValueError)   start-up only: a setting is missing or invalid (named, never echoed)
-     └── PolicyError                 a policy file that tries to raise a ceiling
+    GovernedMemoryError(Exception)   every refusal and failure at run time; ``str()`` is the reason code, and
+                                     ``cause`` an operator's content-free category (``timeout``)
+    ConfigurationError(ValueError)   start-up only: a setting is missing or invalid (named, never echoed);
+     │                               ``code`` a content-free category (``missing``, ``invalid``, ...)
+     └── PolicyError                 a policy file or key is invalid, or tries to raise a ceiling
+    redaction.WithheldError          what leaves a memory-bearing run instead of a failure whose text might
+        (RuntimeError)               hold content: its type's name only
 
 A reason code is stable, content-free and safe to log, meter, audit and return to a caller.
 Nothing else is ever attached: no input, no query, no database message. Code that turns a
