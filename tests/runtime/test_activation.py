@@ -7,6 +7,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 from unittest import mock
 
 import httpx
@@ -27,17 +28,21 @@ from kagent_memory_governed.testing import (
     CONFIG,
     HOMESERVER,
     A2AClient,
+    Bridge,
     ScriptedModel,
     build_app,
     new_context,
     reply_text,
 )
 
+if TYPE_CHECKING:
+    from kagent_memory_governed import Runtime
+
 ALICE = f"@alice:{HOMESERVER}"
 BIN = Path(sys.executable).parent
 
 
-def test_install_is_idempotent_and_picks_the_mode_kagent_supports(runtime):
+def test_install_is_idempotent_and_picks_the_mode_kagent_supports(runtime: Runtime) -> None:
     assert kagent_memory_governed.install() is runtime
     assert runtime.mode == ("entry-point" if upstream_has_extensions() else "runtime-patching")
     if runtime.mode == "entry-point":
@@ -52,9 +57,9 @@ def test_install_is_idempotent_and_picks_the_mode_kagent_supports(runtime):
 
 
 async def test_with_a_controller_no_request_reaches_api_memories(
-    runtime, controller: FakeController, store: Store, bridge, monkeypatch: pytest.MonkeyPatch
-):
-    def upstream_memory_constructed(*args, **kwargs):
+    runtime: Runtime, controller: FakeController, store: Store, bridge: Bridge, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def upstream_memory_constructed(*args, **kwargs) -> None:
         raise AssertionError("upstream KagentMemoryService was constructed")
 
     monkeypatch.setattr("kagent.adk._memory_service.KagentMemoryService.__init__", upstream_memory_constructed)
@@ -109,7 +114,9 @@ ACTIVE = (
 )
 
 
-def test_the_environment_switch_activates_at_interpreter_start(tmp_path: Path, bridge, database_url: str):
+def test_the_environment_switch_activates_at_interpreter_start(
+    tmp_path: Path, bridge: Bridge, database_url: str
+) -> None:
     result = subprocess.run(
         [sys.executable, "-c", PROBE],
         env=pod_environment(tmp_path, bridge, database_url),
@@ -120,7 +127,7 @@ def test_the_environment_switch_activates_at_interpreter_start(tmp_path: Path, b
     assert result.stdout.split() == ACTIVE
 
 
-def test_without_the_switch_nothing_changes(tmp_path: Path, bridge, database_url: str):
+def test_without_the_switch_nothing_changes(tmp_path: Path, bridge: Bridge, database_url: str) -> None:
     env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY="off")
     result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
     assert result.stdout.split() == ["inactive", "KagentMemoryService", "SaveMemoryTool", "Runner"]
@@ -136,14 +143,16 @@ def test_without_the_switch_nothing_changes(tmp_path: Path, bridge, database_url
         {"KAGENT_NAME": "Not_Valid"},
     ],
 )
-def test_a_failed_activation_ends_the_process(tmp_path: Path, bridge, database_url: str, broken: dict):
+def test_a_failed_activation_ends_the_process(tmp_path: Path, bridge: Bridge, database_url: str, broken: dict) -> None:
     env = pod_environment(tmp_path, bridge, database_url, **broken)
     result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
     assert result.returncode == 78
     assert result.stdout == "" and "activation failed" in result.stderr
 
 
-def test_a_small_order_bridge_key_stops_start_up_naming_the_setting_only(tmp_path: Path, bridge, database_url: str):
+def test_a_small_order_bridge_key_stops_start_up_naming_the_setting_only(
+    tmp_path: Path, bridge: Bridge, database_url: str
+) -> None:
     identity = Ed25519PublicKey.from_public_bytes(b"\x01" + bytes(31))  # with it, R = identity, S = 0 verifies
     pem = identity.public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo).decode()
     env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY_BRIDGE_PUBLIC_KEY=pem)
@@ -156,7 +165,9 @@ def test_a_small_order_bridge_key_stops_start_up_naming_the_setting_only(tmp_pat
     )
 
 
-def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database_url: str, store):
+def test_the_console_script_serves_the_real_app(
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store
+) -> None:
     env = pod_environment(tmp_path, bridge, database_url)
     env.pop("KAGENT_GOVERNED_MEMORY")  # the console script installs governed memory itself
     server, url = serve(tmp_path, env)
@@ -177,7 +188,9 @@ def test_the_console_script_serves_the_real_app(tmp_path: Path, bridge, database
         server.wait(timeout=30)
 
 
-def test_the_server_refuses_to_start_on_an_unmigrated_database(tmp_path: Path, bridge, database_url: str, store):
+def test_the_server_refuses_to_start_on_an_unmigrated_database(
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store
+) -> None:
     env = pod_environment(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
     env.pop("KAGENT_GOVERNED_MEMORY")
     server, url = serve(tmp_path, env)
@@ -190,7 +203,7 @@ def test_the_server_refuses_to_start_on_an_unmigrated_database(tmp_path: Path, b
     assert "Traceback" not in output and "template1" not in output
 
 
-def test_a_runner_built_anywhere_in_kagent_gets_the_governed_service(runtime):
+def test_a_runner_built_anywhere_in_kagent_gets_the_governed_service(runtime: Runtime) -> None:
     agent = AgentConfig.model_validate(CONFIG).to_agent("helper")
     if runtime.mode == "entry-point":  # no Runner class of its own: kagent's runners get the extension's service
         with mock.patch.object(a2a, "A2aAgentExecutor", wraps=a2a.A2aAgentExecutor) as executor:
@@ -203,7 +216,7 @@ def test_a_runner_built_anywhere_in_kagent_gets_the_governed_service(runtime):
 
 
 async def test_semantic_erasure_and_offboarding_leave_conversations_alone(
-    runtime, controller: FakeController, store: Store, bridge
+    runtime: Runtime, controller: FakeController, store: Store, bridge: Bridge
 ):
     """R30: off, forget-all and offboard touch governed memory only, never the agent's kagent sessions."""
     app = build_app(
@@ -230,7 +243,9 @@ async def test_semantic_erasure_and_offboarding_leave_conversations_alone(
     assert not [path for path in controller.paths if path.startswith("DELETE")]
 
 
-def test_an_agents_ttl_days_reaches_the_store_when_kagent_builds_the_app(tmp_path: Path, bridge, database_url, store):
+def test_an_agents_ttl_days_reaches_the_store_when_kagent_builds_the_app(
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store
+) -> None:
     """In a process of its own: the runtime's store is the process's, so the lowered ceiling must not leak."""
     script = (
         "import json, sys, time\n"

@@ -7,6 +7,8 @@ from __future__ import annotations
 import logging
 import uuid
 from datetime import timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -19,8 +21,12 @@ from kagent_memory_governed.clock import now
 from kagent_memory_governed.contract import ControlOperation as Operation
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId
-from kagent_memory_governed.testing import AGENT, HOMESERVER, ISSUER, ScriptedModel, build_app, reply_text
+from kagent_memory_governed.testing import AGENT, HOMESERVER, ISSUER, Bridge, ScriptedModel, build_app, reply_text
 from kagent_memory_governed.testing.agent import A2AClient
+
+if TYPE_CHECKING:
+    from kagent_memory_governed import Runtime
+    from kagent_memory_governed.store import Store
 
 FACT = "my bike is a green SENTINEL-fact-bicycle"
 
@@ -30,7 +36,7 @@ def subject() -> Subject:
 
 
 @pytest.fixture
-async def memory(runtime, governed_signer: ScopeSigner):
+async def memory(runtime: Runtime, governed_signer: ScopeSigner):
     model = ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": FACT})])
     app = build_app(model)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
@@ -42,7 +48,7 @@ async def remember(memory: AsyncControlClient) -> str:
     return reply_text(await A2AClient(memory.http).send_as(memory.headers(), "remember my bike"))
 
 
-async def test_every_operation_answers_typed_values_and_the_generation_follows(memory: AsyncControlClient):
+async def test_every_operation_answers_typed_values_and_the_generation_follows(memory: AsyncControlClient) -> None:
     before = await memory.status()
     assert (before.enabled, before.generation, before.entries, before.last_erasure) == (False, 0, 0, None)
     consent = await memory.consent("assist", "v1")
@@ -62,7 +68,7 @@ async def test_every_operation_answers_typed_values_and_the_generation_follows(m
     assert offboarded.verified and offboarded.scopes == 1
 
 
-def test_a_forget_token_from_the_signer_names_its_entry(governed_signer: ScopeSigner, bridge):
+def test_a_forget_token_from_the_signer_names_its_entry(governed_signer: ScopeSigner, bridge: Bridge) -> None:
     entry = uuid.uuid4()
     who = subject()
     token = governed_signer.control(who, "forget", entry=entry)
@@ -76,7 +82,7 @@ def test_a_forget_token_from_the_signer_names_its_entry(governed_signer: ScopeSi
     )
 
 
-async def test_refusals_raise_the_servers_reason_code(memory: AsyncControlClient):
+async def test_refusals_raise_the_servers_reason_code(memory: AsyncControlClient) -> None:
     with pytest.raises(GovernedMemoryError) as refused:
         await memory.forget(uuid.uuid4())
     assert refused.value.reason is Reason.NOT_FOUND
@@ -92,7 +98,7 @@ async def test_refusals_raise_the_servers_reason_code(memory: AsyncControlClient
     assert refused.value.reason is Reason.BAD_ASSERTION
 
 
-async def test_tokens_follow_the_frozen_clock(memory: AsyncControlClient, governed_signer: ScopeSigner):
+async def test_tokens_follow_the_frozen_clock(memory: AsyncControlClient, governed_signer: ScopeSigner) -> None:
     later = now() + timedelta(days=30)
     with freeze_time(later, real_asyncio=True) as frozen:
         assert (await memory.status()).generation == 0  # minted and verified at the frozen time
@@ -106,7 +112,7 @@ async def test_tokens_follow_the_frozen_clock(memory: AsyncControlClient, govern
         assert refused.value.reason is Reason.BAD_ASSERTION
 
 
-def test_a_signer_refuses_lifetimes_past_the_contract():
+def test_a_signer_refuses_lifetimes_past_the_contract() -> None:
     with pytest.raises(ValueError):
         ScopeSigner(Ed25519PrivateKey.generate(), ISSUER, AGENT, lifetime_seconds=301)
 
@@ -135,7 +141,9 @@ async def test_nothing_the_client_logs_holds_a_token_or_a_fact(
     assert not any(token in logged or token.split(".")[1] in logged for token in tokens)
 
 
-def test_the_synchronous_client_speaks_to_a_served_agent(tmp_path, bridge, database_url: str, store):
+def test_the_synchronous_client_speaks_to_a_served_agent(
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store
+) -> None:
     from support import pod_environment, serve, wait_for_health
 
     from kagent_memory_governed.bridge import ControlClient

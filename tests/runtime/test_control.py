@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -21,12 +22,17 @@ from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeK
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import HOMESERVER, Bridge, ScriptedModel, build_app, compact
 
+if TYPE_CHECKING:
+    import asyncpg
+
+    from kagent_memory_governed import Runtime
+
 ALICE, BOB = f"@alice:{HOMESERVER}", f"@bob:{HOMESERVER}"
 ROOM = f"!control:{HOMESERVER}"
 
 
 @pytest.fixture
-async def client(runtime, store: Store, bridge: Bridge) -> AsyncIterator[httpx.AsyncClient]:
+async def client(runtime: Runtime, store: Store, bridge: Bridge) -> AsyncIterator[httpx.AsyncClient]:
     """Upstream's real KAgentApp, built with governed memory installed, over ASGI."""
     app = build_app(ScriptedModel())
     control.mount(app, store, bridge.trust())  # already mounted by activation: idempotent
@@ -57,7 +63,9 @@ async def remember(store: Store, bridge: Bridge, generation: int, *texts: str, *
     return await store.write(key, generation, facts(*texts))
 
 
-async def test_consent_status_inspect_forget_off_and_offboard(client, store: Store, bridge: Bridge):
+async def test_consent_status_inspect_forget_off_and_offboard(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge
+) -> None:
     answer = await client.post(
         "/memory/v1/consent", json={"purpose": "assist", "policy_version": "v1"}, headers=auth(bridge, "consent")
     )
@@ -114,7 +122,7 @@ async def test_consent_status_inspect_forget_off_and_offboard(client, store: Sto
         ({"Authorization": "Bearer not.a.token"}, "bad_assertion"),
     ],
 )
-async def test_missing_or_malformed_tokens_are_401(client, headers: dict, code: str):
+async def test_missing_or_malformed_tokens_are_401(client: httpx.AsyncClient, headers: dict, code: str) -> None:
     answer = await client.get("/memory/v1/status", headers=headers)
     assert (answer.status_code, answer.json()) == (401, {"error": code})
 
@@ -131,18 +139,20 @@ async def test_missing_or_malformed_tokens_are_401(client, headers: dict, code: 
     ],
 )
 async def test_tokens_for_another_purpose_agent_time_or_principal_are_refused(
-    client, bridge: Bridge, purpose: str, claims: dict, status: int, code: str
-):
+    client: httpx.AsyncClient, bridge: Bridge, purpose: str, claims: dict, status: int, code: str
+) -> None:
     answer = await client.get("/memory/v1/status", headers=auth(bridge, "status", purpose, **claims))
     assert (answer.status_code, answer.json()) == (status, {"error": code})
 
 
-async def test_another_key_cannot_sign(client):
+async def test_another_key_cannot_sign(client: httpx.AsyncClient) -> None:
     answer = await client.get("/memory/v1/status", headers=auth(Bridge(), "status"))
     assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
 
 
-async def test_another_subjects_entry_is_not_found_and_survives(client, store: Store, bridge: Bridge):
+async def test_another_subjects_entry_is_not_found_and_survives(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge
+) -> None:
     generation = await consent(client, bridge, sub=BOB)
     [bobs] = await remember(store, bridge, generation, "bob's secret", sub=BOB)
     await consent(client, bridge)
@@ -154,7 +164,9 @@ async def test_another_subjects_entry_is_not_found_and_survives(client, store: S
     assert alice_view["entries"] == []
 
 
-async def test_a_forget_token_bound_to_an_entry_forgets_that_entry_only(client, store: Store, bridge: Bridge):
+async def test_a_forget_token_bound_to_an_entry_forgets_that_entry_only(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge
+) -> None:
     generation = await consent(client, bridge)
     kept, forgotten = await remember(store, bridge, generation, "likes tea", "lives in Lisbon")
     bound = auth(bridge, "forget", entry=str(forgotten))
@@ -168,7 +180,7 @@ async def test_a_forget_token_bound_to_an_entry_forgets_that_entry_only(client, 
     assert [entry["id"] for entry in listed["entries"]] == [str(kept)]
 
 
-async def test_a_destructive_token_is_accepted_once(client, store: Store, bridge: Bridge):
+async def test_a_destructive_token_is_accepted_once(client: httpx.AsyncClient, store: Store, bridge: Bridge) -> None:
     await consent(client, bridge)
     headers = auth(bridge, "forget-all")
     first = await client.post("/memory/v1/forget-all", json={"confirm": True}, headers=headers)
@@ -181,7 +193,9 @@ async def test_a_destructive_token_is_accepted_once(client, store: Store, bridge
 @pytest.mark.parametrize(
     "body", [{}, {"confirm": False}, {"confirm": "true"}, {"confirm": 1}, {"confirm": None}, {"confirm": [True]}]
 )
-async def test_missing_confirmation_is_422_and_nothing_changes(client, store: Store, bridge: Bridge, path, body):
+async def test_missing_confirmation_is_422_and_nothing_changes(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, path, body
+) -> None:
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "keep me")
     answer = await client.post(path, json=body, headers=auth(bridge, path.rsplit("/", 1)[1]))
@@ -194,7 +208,9 @@ async def test_missing_confirmation_is_422_and_nothing_changes(client, store: St
 @pytest.mark.parametrize(
     "body", [b'{"confirm": true, "x": 1}', b'{"confirm": false, "x": 1}', b'{"x": 1}', b"[]", b"true", b"", b"{"]
 )
-async def test_a_body_other_than_a_confirmation_object_is_bad_input(client, store: Store, bridge: Bridge, path, body):
+async def test_a_body_other_than_a_confirmation_object_is_bad_input(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, path, body
+) -> None:
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "keep me")
     answer = await client.post(path, content=body, headers=auth(bridge, path.rsplit("/", 1)[1]))
@@ -202,7 +218,7 @@ async def test_a_body_other_than_a_confirmation_object_is_bad_input(client, stor
     assert await state(client, bridge) == (True, generation, 1)
 
 
-async def test_offboard_requires_confirmation(client, bridge: Bridge):
+async def test_offboard_requires_confirmation(client: httpx.AsyncClient, bridge: Bridge) -> None:
     answer = await client.post("/memory/v1/offboard", json={}, headers=auth(bridge, "offboard"))
     assert (answer.status_code, answer.json()) == (422, {"error": "confirmation_required"})
 
@@ -215,7 +231,7 @@ async def test_offboard_requires_confirmation(client, bridge: Bridge):
         *("limit=%D9%A5", "limit=0x5", "cursor=a&cursor=b", "cursor=", "=5", "Limit=5"),
     ],
 )
-async def test_bad_page_queries_are_422(client, bridge: Bridge, query: str):
+async def test_bad_page_queries_are_422(client: httpx.AsyncClient, bridge: Bridge, query: str) -> None:
     await consent(client, bridge)
     answer = await client.get(f"/memory/v1/entries?{query}", headers=auth(bridge, "entries"))
     assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
@@ -224,14 +240,16 @@ async def test_bad_page_queries_are_422(client, bridge: Bridge, query: str):
 @pytest.mark.parametrize(
     ("query", "listed"), [("limit=05", 3), ("limit=050", 3), ("limit=1", 1), ("limit=50", 3), ("", 3)]
 )
-async def test_a_limit_of_one_to_three_ascii_digits_is_accepted(client, store: Store, bridge: Bridge, query, listed):
+async def test_a_limit_of_one_to_three_ascii_digits_is_accepted(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, query, listed
+) -> None:
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "one", "two", "three")
     answer = await client.get(f"/memory/v1/entries?{query}", headers=auth(bridge, "entries"))
     assert answer.status_code == 200 and len(answer.json()["entries"]) == listed
 
 
-async def test_a_cursor_from_another_scope_is_refused(client, store: Store, bridge: Bridge):
+async def test_a_cursor_from_another_scope_is_refused(client: httpx.AsyncClient, store: Store, bridge: Bridge) -> None:
     generation = await consent(client, bridge, sub=BOB)
     await remember(store, bridge, generation, "one", "two", sub=BOB)
     cursor = (await client.get("/memory/v1/entries?limit=1", headers=auth(bridge, "entries", sub=BOB))).json()[
@@ -250,12 +268,12 @@ async def test_a_cursor_from_another_scope_is_refused(client, store: Store, brid
         b'{"purpose": "assist", "policy_version": "v1", "confirm": true}',
     ],
 )
-async def test_bad_consent_bodies_are_422(client, bridge: Bridge, body: bytes):
+async def test_bad_consent_bodies_are_422(client: httpx.AsyncClient, bridge: Bridge, body: bytes) -> None:
     answer = await client.post("/memory/v1/consent", content=body, headers=auth(bridge, "consent"))
     assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
 
 
-async def test_entries_hide_what_has_expired(client, store: Store, bridge: Bridge):
+async def test_entries_hide_what_has_expired(client: httpx.AsyncClient, store: Store, bridge: Bridge) -> None:
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "soon gone")
     with freeze_time(clock.now() + timedelta(days=7), real_asyncio=True):
@@ -264,12 +282,12 @@ async def test_entries_hide_what_has_expired(client, store: Store, bridge: Bridg
         assert listed == {"entries": [], "next_cursor": None}
 
 
-async def test_a_malformed_entry_id_is_422(client, bridge: Bridge):
+async def test_a_malformed_entry_id_is_422(client: httpx.AsyncClient, bridge: Bridge) -> None:
     answer = await client.delete("/memory/v1/entries/not-a-uuid", headers=auth(bridge, "forget"))
     assert (answer.status_code, answer.json()) == (422, {"error": "bad_input"})
 
 
-async def test_the_routes_are_documented_in_the_openapi_schema(client):
+async def test_the_routes_are_documented_in_the_openapi_schema(client: httpx.AsyncClient) -> None:
     schema = (await client.get("/openapi.json")).json()
     paths = {path: ops for path, ops in schema["paths"].items() if path.startswith("/memory/v1")}
     assert "/" in schema["paths"]  # the agent's own A2A endpoint: this is the real app
@@ -286,7 +304,7 @@ async def test_the_routes_are_documented_in_the_openapi_schema(client):
     assert "HTTPBearer" in schema["components"]["securitySchemes"]
 
 
-async def test_request_bodies_are_documented_as_closed_objects(client):
+async def test_request_bodies_are_documented_as_closed_objects(client: httpx.AsyncClient) -> None:
     paths = (await client.get("/openapi.json")).json()["paths"]
     for path in ("/memory/v1/consent", "/memory/v1/forget-all", "/memory/v1/off", "/memory/v1/offboard"):
         schema = paths[path]["post"]["requestBody"]["content"]["application/json"]["schema"]
@@ -296,7 +314,9 @@ async def test_request_bodies_are_documented_as_closed_objects(client):
     ) == {"purpose", "policy_version"}
 
 
-async def test_timestamps_are_rfc3339_utc_with_microseconds_always_spelled(client, store: Store, bridge: Bridge):
+async def test_timestamps_are_rfc3339_utc_with_microseconds_always_spelled(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge
+) -> None:
     moment = clock.now().replace(microsecond=0)  # a whole second: no shorter spelling may be chosen for it
     with freeze_time(moment, real_asyncio=True):
         generation = await consent(client, bridge)
@@ -313,7 +333,7 @@ async def test_timestamps_are_rfc3339_utc_with_microseconds_always_spelled(clien
 
 
 @pytest.mark.parametrize("alg", ["none", "HS256"])
-async def test_another_algorithm_is_refused(client, bridge: Bridge, alg: str):
+async def test_another_algorithm_is_refused(client: httpx.AsyncClient, bridge: Bridge, alg: str) -> None:
     claims = bridge.claims(time.time(), "control")
     secret = bridge.public_pem.encode()
     signer = (lambda data: b"") if alg == "none" else (lambda data: hmac.digest(secret, data, "sha256"))
@@ -322,7 +342,9 @@ async def test_another_algorithm_is_refused(client, bridge: Bridge, alg: str):
     assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
 
 
-async def test_saves_racing_an_off_call_never_land_afterwards(client, store: Store, bridge: Bridge, sql):
+async def test_saves_racing_an_off_call_never_land_afterwards(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, sql: asyncpg.Connection
+):
     generation = await consent(client, bridge)
     key = verify(bridge.sign(time.time(), gen=generation), bridge.trust(), now=clock.now(), user_id=ALICE).key
 
@@ -342,7 +364,9 @@ async def test_saves_racing_an_off_call_never_land_afterwards(client, store: Sto
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 0
 
 
-async def test_offboard_covers_every_agent_sharing_the_database(client, store: Store, bridge: Bridge):
+async def test_offboard_covers_every_agent_sharing_the_database(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge
+) -> None:
     await consent(client, bridge)
     other_agent = ScopeKey(
         Principal.parse(ALICE, "native"), AgentId.parse("team-b/planner"), ControlRoom.parse(f"!planner:{HOMESERVER}")
@@ -379,7 +403,9 @@ async def state(client: httpx.AsyncClient, bridge: Bridge) -> tuple[bool, int, i
     return status["enabled"], status["generation"], status["entries"]
 
 
-async def test_a_consent_token_replayed_after_off_is_refused_and_memory_stays_off(client, bridge: Bridge):
+async def test_a_consent_token_replayed_after_off_is_refused_and_memory_stays_off(
+    client: httpx.AsyncClient, bridge: Bridge
+) -> None:
     token = auth(bridge, "consent")
     body = {"purpose": "assist", "policy_version": "v1"}
     assert (await client.post("/memory/v1/consent", json=body, headers=token)).status_code == 200
@@ -390,7 +416,7 @@ async def test_a_consent_token_replayed_after_off_is_refused_and_memory_stays_of
     assert await state(client, bridge) == (False, off.json()["generation"], 0)
 
 
-async def test_a_status_token_cannot_grant_consent(client, bridge: Bridge):
+async def test_a_status_token_cannot_grant_consent(client: httpx.AsyncClient, bridge: Bridge) -> None:
     body = {"purpose": "assist", "policy_version": "v1"}
     answer = await client.post("/memory/v1/consent", json=body, headers=auth(bridge, "status"))
     assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
@@ -400,8 +426,8 @@ async def test_a_status_token_cannot_grant_consent(client, bridge: Bridge):
 @pytest.mark.parametrize("used_on", OPERATIONS)
 @pytest.mark.parametrize("minted_for", OPERATIONS)
 async def test_a_token_is_accepted_for_the_operation_it_names_only(
-    client, store: Store, bridge: Bridge, minted_for: str, used_on: str
-):
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, minted_for: str, used_on: str
+) -> None:
     generation = await consent(client, bridge)
     [entry] = await remember(store, bridge, generation, "likes tea")
     before = await state(client, bridge)
@@ -416,14 +442,18 @@ async def test_a_token_is_accepted_for_the_operation_it_names_only(
 
 
 @pytest.mark.parametrize("claims", [{"op": ...}, {"op": "STATUS"}, {"op": ["status"]}, {"op": None}, {"op": ""}])
-async def test_a_control_token_without_its_operation_is_refused(client, bridge: Bridge, claims: dict):
+async def test_a_control_token_without_its_operation_is_refused(
+    client: httpx.AsyncClient, bridge: Bridge, claims: dict
+) -> None:
     token = bridge.sign(time.time(), "control", **claims)
     answer = await client.get("/memory/v1/status", headers={"Authorization": f"Bearer {token}"})
     assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
 
 
 @pytest.mark.parametrize("operation", SINGLE_USE)
-async def test_a_token_that_changes_something_is_accepted_once(client, store: Store, bridge: Bridge, operation: str):
+async def test_a_token_that_changes_something_is_accepted_once(
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, operation: str
+) -> None:
     generation = await consent(client, bridge)
     [entry] = await remember(store, bridge, generation, "likes tea")
     token = auth(bridge, operation)
@@ -433,14 +463,16 @@ async def test_a_token_that_changes_something_is_accepted_once(client, store: St
 
 
 @pytest.mark.parametrize("operation", ["status", "entries"])
-async def test_a_reading_token_may_be_reused_within_its_lifetime(client, bridge: Bridge, operation: str):
+async def test_a_reading_token_may_be_reused_within_its_lifetime(
+    client: httpx.AsyncClient, bridge: Bridge, operation: str
+) -> None:
     await consent(client, bridge)
     token = auth(bridge, operation)
     answers = [await call(client, operation, token) for _ in range(3)]
     assert [answer.status_code for answer in answers] == [200, 200, 200]
 
 
-async def test_a_token_refused_for_its_body_is_still_spent(client, bridge: Bridge):
+async def test_a_token_refused_for_its_body_is_still_spent(client: httpx.AsyncClient, bridge: Bridge) -> None:
     await consent(client, bridge)
     token = auth(bridge, "off")
     unconfirmed = await client.post("/memory/v1/off", json={}, headers=token)
@@ -469,7 +501,9 @@ def _rss_kib(field: str) -> int:
 
 
 @pytest.mark.parametrize("with_token", [True, False])
-async def test_a_100_mb_body_is_refused_while_it_streams_and_memory_stays_flat(client, bridge: Bridge, with_token):
+async def test_a_100_mb_body_is_refused_while_it_streams_and_memory_stays_flat(
+    client: httpx.AsyncClient, bridge: Bridge, with_token
+):
     chunk, total, sent = b"x" * 65536, 100 * 2**20, 0
 
     async def hundred_megabytes() -> AsyncIterator[bytes]:
@@ -492,7 +526,7 @@ async def test_a_100_mb_body_is_refused_while_it_streams_and_memory_stays_flat(c
 @pytest.mark.parametrize("with_token", [True, False])
 @pytest.mark.parametrize("operation", [*OPERATIONS, "unknown"])
 async def test_a_body_over_one_kib_is_413_on_every_route(
-    client, bridge: Bridge, operation: str, with_token: bool, streamed: bool
+    client: httpx.AsyncClient, bridge: Bridge, operation: str, with_token: bool, streamed: bool
 ):
     method, path, _ = CALLS.get(operation, ("POST", "/memory/v1/unknown", None))
     raw = b'{"confirm": true, "padding": "' + b"x" * 1000 + b'"}'
@@ -521,8 +555,8 @@ async def test_a_body_over_one_kib_is_413_on_every_route(
     ],
 )
 async def test_duplicate_members_and_non_json_constants_are_bad_input(
-    client, store: Store, bridge: Bridge, path: str, body: bytes
-):
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, path: str, body: bytes
+) -> None:
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "keep me")
     answer = await client.post(path, content=body, headers=auth(bridge, path.rsplit("/", 1)[1]))
@@ -551,8 +585,8 @@ async def test_duplicate_members_and_non_json_constants_are_bad_input(
     ],
 )
 async def test_unknown_routes_and_wrong_methods_answer_a_reason_code(
-    client, bridge: Bridge, method: str, path: str, status: int, code: str, with_token: bool
-):
+    client: httpx.AsyncClient, bridge: Bridge, method: str, path: str, status: int, code: str, with_token: bool
+) -> None:
     headers = auth(bridge, "status") if with_token else {}
     answer = await client.request(method, path, headers=headers)
     assert (answer.status_code, answer.json()) == (status, {"error": code})
@@ -560,6 +594,6 @@ async def test_unknown_routes_and_wrong_methods_answer_a_reason_code(
         assert answer.headers["allow"] in {"GET", "POST", "DELETE"}
 
 
-async def test_routes_outside_memory_v1_keep_the_apps_own_answers(client):
+async def test_routes_outside_memory_v1_keep_the_apps_own_answers(client: httpx.AsyncClient) -> None:
     answer = await client.get("/not-memory")
     assert (answer.status_code, answer.json()) == (404, {"detail": "Not Found"})

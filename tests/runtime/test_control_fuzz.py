@@ -6,6 +6,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 from urllib.parse import quote
 
 import httpx
@@ -17,6 +18,9 @@ from kagent_memory_governed.consent import admit_label
 from kagent_memory_governed.contract import CALLS, MAX_BODY_BYTES
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.testing import Bridge, ScriptedModel, build_app
+
+if TYPE_CHECKING:
+    from kagent_memory_governed import Runtime
 
 CODES = {reason.value for reason in Reason} | {"internal_error"}
 # the contract's own table: a route's answer has exactly its model's members (docs/bridge.md states the same
@@ -48,7 +52,7 @@ claims = st.fixed_dictionaries(
 
 
 @pytest.fixture(scope="module")
-async def client(runtime) -> AsyncIterator[httpx.AsyncClient]:
+async def client(runtime: Runtime) -> AsyncIterator[httpx.AsyncClient]:
     app = build_app(ScriptedModel())
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
         yield http
@@ -72,7 +76,9 @@ def check(answer: httpx.Response, route: tuple[str, str]) -> None:
     query=junk,
     entry_id=junk,
 )
-async def test_unauthenticated_junk_is_refused_with_a_code(client, route, authorization, body, query, entry_id):
+async def test_unauthenticated_junk_is_refused_with_a_code(
+    client: httpx.AsyncClient, route, authorization, body, query, entry_id
+) -> None:
     method, path = route
     path = path.replace("{entry_id}", quote(entry_id, safe="") or "x")
     headers = {"Authorization": authorization} if authorization is not None else {}
@@ -95,8 +101,8 @@ async def test_unauthenticated_junk_is_refused_with_a_code(client, route, author
     cursor=st.one_of(st.none(), junk),
 )
 async def test_signed_tokens_with_hostile_claims_and_bodies_get_contract_answers(
-    client, bridge: Bridge, route, changes, body, limit, cursor
-):
+    client: httpx.AsyncClient, bridge: Bridge, route, changes, body, limit, cursor
+) -> None:
     method, path = route
     purpose = "offboard" if path.endswith("offboard") else "control"
     token = bridge.sign(time.time(), purpose, **{"op": OPERATIONS[route], **changes})  # the right op unless drawn
@@ -153,7 +159,9 @@ def expected(path: str, raw: bytes, members: dict) -> int | str:
         max_size=3,
     ),
 )
-async def test_an_object_body_gets_the_answer_the_contract_gives_it(client, bridge: Bridge, route, members):
+async def test_an_object_body_gets_the_answer_the_contract_gives_it(
+    client: httpx.AsyncClient, bridge: Bridge, route, members
+) -> None:
     method, path = route
     purpose = "offboard" if path.endswith("offboard") else "control"
     token = bridge.sign(time.time(), purpose, op=OPERATIONS[route])
@@ -168,7 +176,9 @@ async def test_an_object_body_gets_the_answer_the_contract_gives_it(client, brid
 
 @settings(max_examples=150, deadline=None, suppress_health_check=list(HealthCheck))
 @given(limit=st.from_regex(r"[0-9+\- .eEx_]{0,4}", fullmatch=True) | st.integers(-5, 100).map(str))
-async def test_a_limit_is_one_to_three_ascii_digits_from_1_to_50(client, bridge: Bridge, limit: str):
+async def test_a_limit_is_one_to_three_ascii_digits_from_1_to_50(
+    client: httpx.AsyncClient, bridge: Bridge, limit: str
+) -> None:
     token = bridge.sign(time.time(), "control", op="entries")
     answer = await client.get(
         "/memory/v1/entries", params={"limit": limit}, headers={"Authorization": f"Bearer {token}"}

@@ -25,14 +25,14 @@ def event(author: str, *parts: types.Part, invocation: str = "i1") -> Event:
     return Event(invocation_id=invocation, author=author, content=types.Content(role=role, parts=list(parts)))
 
 
-def test_clipping_never_splits_a_character():
+def test_clipping_never_splits_a_character() -> None:
     assert clip_utf8("é" * 10, 5) == "éé"
     assert clip_utf8("é" * 10, 5, keep_end=True) == "éé"
     assert clip_utf8("short", 512) == "short"
     assert len(clip_utf8("😀" * 200, 512).encode()) <= 512
 
 
-def test_the_tail_keeps_user_and_agent_text_only_and_its_last_bytes():
+def test_the_tail_keeps_user_and_agent_text_only_and_its_last_bytes() -> None:
     events = [
         event("user", types.Part(text="first message")),
         event("helper", types.Part(function_call=types.FunctionCall(name="load_memory", args={"query": "q"}))),
@@ -51,7 +51,7 @@ def test_the_tail_keeps_user_and_agent_text_only_and_its_last_bytes():
     assert len(conversation_tail([event("user", types.Part(text="y" * 40000))], 16384, {"i1": False})) == 16384
 
 
-def test_the_tail_holds_collected_turns_only_and_no_agent_text_of_a_turn_that_recalled():
+def test_the_tail_holds_collected_turns_only_and_no_agent_text_of_a_turn_that_recalled() -> None:
     events = [
         event("user", types.Part(text="said without consent"), invocation="before"),
         event("helper", types.Part(text="reply before"), invocation="before"),
@@ -65,7 +65,7 @@ def test_the_tail_holds_collected_turns_only_and_no_agent_text_of_a_turn_that_re
     assert conversation_tail(events, 16384, {}) == ""
 
 
-def test_prefetch_uses_at_most_eight_subqueries_of_at_most_512_bytes():
+def test_prefetch_uses_at_most_eight_subqueries_of_at_most_512_bytes() -> None:
     sentences = [f"This is sentence number {n} about my many preferences." for n in range(20)]
     queries = subqueries(" ".join(sentences), Policy())
     assert queries == sentences[:8]
@@ -76,7 +76,7 @@ def test_prefetch_uses_at_most_eight_subqueries_of_at_most_512_bytes():
     assert len(subqueries(" ".join(sentences), Policy(prefetch_max_subqueries=3))) == 3
 
 
-def test_a_summary_yields_at_most_ten_storable_facts():
+def test_a_summary_yields_at_most_ten_storable_facts() -> None:
     items = [f"fact {n}" for n in range(12)] + ["z" * 513, "", "fact 0"]
     facts, dropped = facts_from_summary(json.dumps(items), Policy())
     assert facts == [f"fact {n}" for n in range(10)]
@@ -86,14 +86,14 @@ def test_a_summary_yields_at_most_ten_storable_facts():
 
 
 @pytest.mark.parametrize("output", ["not json", '{"a": 1}', "[1]", '["a", 2]', "", "```", "[" * 10000])
-def test_malformed_summaries_are_refused_whole(output: str):
+def test_malformed_summaries_are_refused_whole(output: str) -> None:
     with pytest.raises(GovernedMemoryError) as refused:
         facts_from_summary(output, Policy())
     assert refused.value.reason is Reason.MALFORMED_SUMMARY
     assert str(refused.value) == "malformed_summary"
 
 
-def test_the_summary_request_asks_for_a_bounded_json_list():
+def test_the_summary_request_asks_for_a_bounded_json_list() -> None:
     request = summary_request("user: hello", Policy(autosave_max_facts=4), "gpt-4o-mini")
     prompt = request.contents[0].parts[0].text
     assert prompt.endswith(SUMMARY_MARKER) and "At most 4 facts" in prompt and "user: hello" in prompt

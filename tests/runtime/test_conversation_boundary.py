@@ -10,6 +10,7 @@ import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -33,6 +34,9 @@ from kagent_memory_governed.testing import (
     reply_text,
     system_instruction,
 )
+
+if TYPE_CHECKING:
+    from kagent_memory_governed import Runtime
 
 ALICE = f"@alice:{HOMESERVER}"
 TEA = "my favourite tea is a smoky lapsang souchong"
@@ -85,14 +89,16 @@ def model() -> ScriptedModel:
 
 
 @pytest.fixture
-async def conversation(runtime, controller: FakeController, model, bridge: Bridge) -> AsyncIterator[Conversation]:
+async def conversation(
+    runtime: Runtime, controller: FakeController, model: ScriptedModel, bridge: Bridge
+) -> AsyncIterator[Conversation]:
     app = build_app(model, local=False, streaming=True)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
         yield Conversation(http, bridge, new_context())
     await runtime.service.drain()
 
 
-async def turns(conversation: Conversation, runtime, texts: list[str], **options) -> None:
+async def turns(conversation: Conversation, runtime: Runtime, texts: list[str], **options) -> None:
     for text in texts:
         await conversation.say(text, **options)
     await runtime.service.drain()
@@ -108,8 +114,8 @@ def summarized(model: ScriptedModel) -> str:
 
 
 async def test_auto_save_collects_what_was_said_under_consent_and_nothing_else(
-    runtime, conversation: Conversation, model: ScriptedModel
-):
+    runtime: Runtime, conversation: Conversation, model: ScriptedModel
+) -> None:
     await conversation.say("fact: I was born in Lisbon", header=False)
     await conversation.say("fact: my sister is called Ana")  # a valid header, before consent
     await conversation.control("POST", "consent", "consent", {"purpose": "assist", "policy_version": "v1"})
@@ -120,8 +126,8 @@ async def test_auto_save_collects_what_was_said_under_consent_and_nothing_else(
 
 
 async def test_a_fact_said_again_is_stored_once_with_its_first_expiry(
-    runtime, conversation: Conversation, model: ScriptedModel
-):
+    runtime: Runtime, conversation: Conversation, model: ScriptedModel
+) -> None:
     await conversation.control("POST", "consent", "consent", {"purpose": "assist", "policy_version": "v1"})
     await turns(conversation, runtime, ["fact: I drink lapsang souchong", "a", "b", "c", "d"])
     [first] = await conversation.entries()
@@ -131,8 +137,8 @@ async def test_a_fact_said_again_is_stored_once_with_its_first_expiry(
 
 
 async def test_turns_said_before_an_erasure_or_while_off_are_never_collected(
-    runtime, conversation: Conversation, model: ScriptedModel, store: Store
-):
+    runtime: Runtime, conversation: Conversation, model: ScriptedModel, store: Store
+) -> None:
     await conversation.control("POST", "consent", "consent", {"purpose": "assist", "policy_version": "v1"})
     await turns(conversation, runtime, ["fact: I drink lapsang souchong", "a", "b", "c", "d"])
     [entry] = await conversation.entries()
@@ -154,8 +160,8 @@ async def test_turns_said_before_an_erasure_or_while_off_are_never_collected(
 
 
 async def test_the_agent_text_of_a_turn_that_recalled_is_not_collected(
-    runtime, conversation: Conversation, model: ScriptedModel, store: Store, bridge: Bridge
-):
+    runtime: Runtime, conversation: Conversation, model: ScriptedModel, store: Store, bridge: Bridge
+) -> None:
     await conversation.control("POST", "consent", "consent", {"purpose": "assist", "policy_version": "v1"})
     await turns(conversation, runtime, [f"fact: {TEA}", "a", "b", "c", "d"])
     [first] = await conversation.entries()
@@ -171,8 +177,8 @@ def recalled_in(request: LlmRequest) -> str:
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["message/send", "message/stream"])
 async def test_recalled_memory_reaches_this_invocations_model_requests_only(
-    runtime, conversation: Conversation, model: ScriptedModel, controller: FakeController, streaming: bool
-):
+    runtime: Runtime, conversation: Conversation, model: ScriptedModel, controller: FakeController, streaming: bool
+) -> None:
     conversation.streaming = streaming
     await conversation.control("POST", "consent", "consent", {"purpose": "assist", "policy_version": "v1"})
     await turns(conversation, runtime, [f"fact: {TEA}", "a", "b", "c", "d"])
@@ -218,8 +224,8 @@ def failing_provider(seen: list[httpx.Request]) -> OpenAI:
 
 @pytest.mark.parametrize("streaming", [False, True], ids=["message/send", "message/stream"])
 async def test_a_provider_failure_inside_memory_work_answers_a_reason_code_only(
-    runtime, controller: FakeController, store: Store, bridge: Bridge, streaming: bool
-):
+    runtime: Runtime, controller: FakeController, store: Store, bridge: Bridge, streaming: bool
+) -> None:
     key = verify(bridge.sign(time.time()), bridge.trust(), now=now(), user_id=ALICE).key
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     from support import facts
@@ -237,11 +243,11 @@ async def test_a_provider_failure_inside_memory_work_answers_a_reason_code_only(
 
 
 async def test_a_store_failure_at_the_end_of_a_turn_leaves_the_chat_running_and_collects_nothing(
-    runtime, conversation: Conversation, model: ScriptedModel, monkeypatch: pytest.MonkeyPatch
-):
+    runtime: Runtime, conversation: Conversation, model: ScriptedModel, monkeypatch: pytest.MonkeyPatch
+) -> None:
     await conversation.control("POST", "consent", "consent", {"purpose": "assist", "policy_version": "v1"})
 
-    async def unavailable(*args, **kwargs):
+    async def unavailable(*args, **kwargs) -> None:
         raise GovernedMemoryError(Reason.STORE_UNAVAILABLE)
 
     monkeypatch.setattr(runtime.store, "record_turn", unavailable)

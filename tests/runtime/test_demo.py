@@ -17,7 +17,7 @@ def _without_ids_and_times(output: str) -> str:
     return re.sub(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", "<time>", output)
 
 
-def test_the_demo_runs_the_whole_lifecycle_through_the_runtime_on_the_embedded_default(tmp_path: Path):
+def test_the_demo_runs_the_whole_lifecycle_through_the_runtime_on_the_embedded_default(tmp_path: Path) -> None:
     result = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr
     again = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))

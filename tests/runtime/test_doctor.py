@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
@@ -17,7 +18,11 @@ from support import KEY_STORE, key_store_of, pod_environment
 from kagent_memory_governed import doctor
 from kagent_memory_governed.adk import runtime as runtime_module
 from kagent_memory_governed.settings import Settings
-from kagent_memory_governed.testing import HOMESERVER, ISSUER
+from kagent_memory_governed.testing import HOMESERVER, ISSUER, Bridge
+
+if TYPE_CHECKING:
+    from kagent_memory_governed import Runtime
+    from kagent_memory_governed.store import Store
 
 CHECKS = [
     "mode",
@@ -33,7 +38,7 @@ CHECKS = [
 ]
 
 
-def configured(tmp_path: Path, bridge, database_url: str | None, **overrides) -> Settings:
+def configured(tmp_path: Path, bridge: Bridge, database_url: str | None, **overrides) -> Settings:
     key = tmp_path / "bridge.pem"
     key.write_text(bridge.public_pem)
     values = dict(
@@ -51,21 +56,23 @@ def failures(checks: list[doctor.Check]) -> dict[str, str | None]:
 
 
 async def test_a_configured_activated_process_on_a_migrated_database_passes_every_check(
-    runtime, store, database_url: str, bridge, tmp_path: Path
-):
+    runtime: Runtime, store: Store, database_url: str, bridge: Bridge, tmp_path: Path
+) -> None:
     checks = await doctor.run(configured(tmp_path, bridge, database_url))
     assert [check.name for check in checks] == CHECKS
     assert failures(checks) == {}
 
 
-async def test_a_never_migrated_database_is_schema_missing(runtime, store, database_url: str, bridge, tmp_path: Path):
+async def test_a_never_migrated_database_is_schema_missing(
+    runtime: Runtime, store: Store, database_url: str, bridge: Bridge, tmp_path: Path
+) -> None:
     settings = configured(tmp_path, bridge, database_url.replace("/postgres?", "/template1?"))
     assert failures(await doctor.run(settings)) == {"database": "schema_missing"}
 
 
 async def test_an_unreachable_key_store_fails_its_own_line_and_the_database_still_passes(
-    runtime, store, database_url: str, bridge, tmp_path: Path
-):
+    runtime: Runtime, store: Store, database_url: str, bridge: Bridge, tmp_path: Path
+) -> None:
     from support import free_port
 
     unreachable = f"openbao+http://127.0.0.1:{free_port()}/governed-memory-keys"
@@ -77,7 +84,9 @@ async def test_an_unreachable_key_store_fails_its_own_line_and_the_database_stil
     assert failures(await doctor.run(missing)) == {"key_store": "missing"}
 
 
-async def test_without_a_database_url_the_embedded_default_is_reported_as_local_only(runtime, bridge, tmp_path: Path):
+async def test_without_a_database_url_the_embedded_default_is_reported_as_local_only(
+    runtime: Runtime, bridge: Bridge, tmp_path: Path
+) -> None:
     settings = configured(tmp_path, bridge, None, data_dir=tmp_path / "never-started")
     assert failures(await doctor.run(settings)) == {"database": "embedded_default_is_for_local_use_only"}
     assert not (tmp_path / "never-started").exists()
@@ -105,13 +114,13 @@ async def test_without_a_database_url_the_embedded_default_is_reported_as_local_
     ids=["not-a-key", "p256-key", "missing-file", "identity-point"],  # stable ids: xdist workers compare them
 )
 async def test_a_bridge_key_that_is_not_a_readable_ed25519_key_fails(
-    runtime, bridge, tmp_path: Path, pem: str, reason: str
-):
+    runtime: Runtime, bridge: Bridge, tmp_path: Path, pem: str, reason: str
+) -> None:
     checks = await doctor.run(configured(tmp_path, bridge, None, bridge_public_key=pem))
     assert failures(checks)["bridge_key"] == reason
 
 
-def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(runtime_module, "_active", None)  # as in a process that was never activated
     monkeypatch.setenv("KAGENT_NAME", "Not_A_Valid_Name")
     monkeypatch.delenv(KEY_STORE)  # the suite's own (conftest): unset, as in a new pod
@@ -142,7 +151,7 @@ def test_the_report_names_checks_and_reason_codes_never_values(tmp_path: Path, m
     ]
 
 
-def test_settings_that_do_not_load_are_named_without_their_value(monkeypatch: pytest.MonkeyPatch):
+def test_settings_that_do_not_load_are_named_without_their_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAGENT_GOVERNED_MEMORY_DATABASE_URL", "postgres://app:SENTINEL-password@db/kagent")
     out = io.StringIO()
     assert doctor.main_report(out=out) == 2
@@ -151,7 +160,7 @@ def test_settings_that_do_not_load_are_named_without_their_value(monkeypatch: py
     ]
 
 
-def test_a_lookalike_variable_is_named(monkeypatch: pytest.MonkeyPatch):
+def test_a_lookalike_variable_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAGENT_GOVERNEDMEMORY_DATABASE_URL", "postgres://app:SENTINEL-password@db/kagent")
     out = io.StringIO()
     assert doctor.main_report(out=out) == 2
@@ -160,13 +169,17 @@ def test_a_lookalike_variable_is_named(monkeypatch: pytest.MonkeyPatch):
     ]
 
 
-def _doctor_in_a_pod(tmp_path: Path, bridge, database_url: str, switch: str) -> subprocess.CompletedProcess[str]:
+def _doctor_in_a_pod(
+    tmp_path: Path, bridge: Bridge, database_url: str, switch: str
+) -> subprocess.CompletedProcess[str]:
     env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY=switch)
     command = [sys.executable, "-m", "kagent_memory_governed.doctor"]
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
-def test_in_a_pod_with_the_switch_on_every_check_passes(tmp_path: Path, bridge, database_url: str, store):
+def test_in_a_pod_with_the_switch_on_every_check_passes(
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store
+) -> None:
     result = _doctor_in_a_pod(tmp_path, bridge, database_url, "on")
     assert result.returncode == 0, result.stdout + result.stderr
     lines = [line.split() for line in result.stdout.splitlines()]
@@ -176,8 +189,8 @@ def test_in_a_pod_with_the_switch_on_every_check_passes(tmp_path: Path, bridge, 
 
 
 def test_in_a_pod_with_the_switch_off_governed_memory_is_reported_inactive(
-    tmp_path: Path, bridge, database_url: str, store
-):
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store
+) -> None:
     result = _doctor_in_a_pod(tmp_path, bridge, database_url, "off")
     assert result.returncode == 1
     assert result.stdout.splitlines()[-1].split() == ["governed_memory_active", "FAILED", "not_activated"]
@@ -193,8 +206,15 @@ def test_in_a_pod_with_the_switch_off_governed_memory_is_reported_inactive(
     ids=["ca-missing", "ca-not-a-certificate", "token-file-missing"],
 )
 async def test_an_unusable_key_store_setting_is_the_key_store_line_naming_the_setting(
-    runtime, store, database_url: str, bridge, tmp_path: Path, given: dict[str, str], reason: str, at: str
-):
+    runtime: Runtime,
+    store: Store,
+    database_url: str,
+    bridge: Bridge,
+    tmp_path: Path,
+    given: dict[str, str],
+    reason: str,
+    at: str,
+) -> None:
     settings = configured(tmp_path, bridge, database_url, key_store="openbao+https://bao.example:8200/kmg", **given)
     checks = await doctor.run(settings)
     assert [check.name for check in checks] == CHECKS

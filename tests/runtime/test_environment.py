@@ -30,7 +30,7 @@ def test_pinned_kagent_runtime_imports() -> None:
     assert importlib.import_module("kagent.adk._memory_service").KagentMemoryService
 
 
-def test_every_supported_release_has_a_lock_that_pins_it_and_a2a_sdk_below_1():
+def test_every_supported_release_has_a_lock_that_pins_it_and_a2a_sdk_below_1() -> None:
     expected = sorted(f"kagent-adk-{r.version}.txt" for r in upstream.SUPPORTED)
     assert sorted(p.name for p in LOCKS.glob("*.txt")) == expected
     for release in upstream.SUPPORTED:

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
+from typing import TYPE_CHECKING
 
 import pytest
 from cryptography import x509
@@ -24,6 +25,10 @@ from support import COMMAND, pod_environment
 from kagent_memory_governed import embedded, keys
 from kagent_memory_governed.errors import ConfigurationError
 from kagent_memory_governed.settings import Settings
+
+if TYPE_CHECKING:
+    from kagent_memory_governed.store import Store
+    from kagent_memory_governed.testing import Bridge
 
 PREFIX = "KAGENT_GOVERNED_MEMORY_"
 KEY_STORE, TOKEN, CA = f"{PREFIX}KEY_STORE", f"{PREFIX}KEY_STORE_TOKEN", f"{PREFIX}KEY_STORE_CA"
@@ -101,7 +106,7 @@ IDS = [
 @pytest.mark.parametrize(("given", "code"), BAD, ids=IDS)
 def test_a_key_store_setting_that_cannot_be_used_is_refused_with_a_code_naming_the_setting(
     files: SimpleNamespace, given: dict[str, str], code: str
-):
+) -> None:
     values = {name: value.format(home=files.home) for name, value in given.items()}
     with pytest.raises(ConfigurationError) as refused:
         embedded.key_store(_settings(files.home, key_store=OPENBAO, **values))
@@ -112,7 +117,7 @@ def test_a_key_store_setting_that_cannot_be_used_is_refused_with_a_code_naming_t
     assert message.startswith(setting) or message.endswith(setting), message
 
 
-def test_a_readable_token_file_and_a_pem_ca_bundle_make_an_openbao_key_store(files: SimpleNamespace):
+def test_a_readable_token_file_and_a_pem_ca_bundle_make_an_openbao_key_store(files: SimpleNamespace) -> None:
     settings = _settings(
         files.home, key_store=OPENBAO, key_store_token=f"@{files.home}/token", key_store_ca=f"{files.home}/ca.pem"
     )
@@ -124,7 +129,9 @@ def test_a_readable_token_file_and_a_pem_ca_bundle_make_an_openbao_key_store(fil
 # the embedded key store, and where a local one may live
 
 
-def test_beside_a_configured_database_the_embedded_key_store_must_be_named(tmp_path: Path, database_url: str, store):
+def test_beside_a_configured_database_the_embedded_key_store_must_be_named(
+    tmp_path: Path, database_url: str, store: Store
+) -> None:
     with pytest.raises(ConfigurationError) as refused:
         embedded.key_store(_settings(tmp_path, database_url=database_url))
     assert refused.value.code == "missing"
@@ -135,7 +142,7 @@ def test_beside_a_configured_database_the_embedded_key_store_must_be_named(tmp_p
 
 def test_with_the_embedded_database_the_embedded_key_store_is_the_default_outside_a_pod(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     local = embedded.key_store(_settings(tmp_path))
     assert isinstance(local, keys.LocalKeyStore) and local.root == tmp_path / "data" / "keys"
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
@@ -145,7 +152,7 @@ def test_with_the_embedded_database_the_embedded_key_store_is_the_default_outsid
     assert isinstance(embedded.key_store(_settings(tmp_path, embedded="true")), keys.LocalKeyStore)
 
 
-def test_one_rule_refuses_both_embedded_defaults_in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_one_rule_refuses_both_embedded_defaults_in_a_pod(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBERNETES_SERVICE_HOST", "10.0.0.1")
     messages = []
     for refuse in (embedded.database_url, embedded.key_store):
@@ -160,7 +167,7 @@ def test_one_rule_refuses_both_embedded_defaults_in_a_pod(tmp_path: Path, monkey
 
 
 @pytest.mark.parametrize("inside", ["postgres", "postgres/keys", "postgres/../postgres/base/keys"])
-def test_a_local_key_store_inside_the_embedded_database_directory_is_refused(tmp_path: Path, inside: str):
+def test_a_local_key_store_inside_the_embedded_database_directory_is_refused(tmp_path: Path, inside: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
         embedded.key_store(_settings(tmp_path, key_store=f"file://{tmp_path}/data/{inside}"))
     assert refused.value.code == "inside_database"
@@ -170,8 +177,8 @@ def test_a_local_key_store_inside_the_embedded_database_directory_is_refused(tmp
 
 
 def test_a_local_key_store_inside_the_data_directory_a_socket_url_names_is_refused(
-    tmp_path: Path, database_url: str, store
-):
+    tmp_path: Path, database_url: str, store: Store
+) -> None:
     socket = Path(database_url.split("host=")[1])  # the suite's server: its socket lives in its data directory
     assert (socket / "PG_VERSION").is_file()
     with pytest.raises(ConfigurationError) as refused:
@@ -208,8 +215,14 @@ def _switch_off(env: dict[str, str]) -> dict[str, str]:
     ids=["ca-missing", "ca-not-a-certificate", "token-file-missing"],
 )
 def test_every_command_refuses_an_unusable_key_store_setting_in_one_line(
-    files: SimpleNamespace, bridge, database_url: str, store, given: dict[str, str], code: str, setting: str
-):
+    files: SimpleNamespace,
+    bridge: Bridge,
+    database_url: str,
+    store: Store,
+    given: dict[str, str],
+    code: str,
+    setting: str,
+) -> None:
     values = {name: value.format(home=files.home) for name, value in given.items()}
     env = _switch_off(pod_environment(files.home, bridge, database_url, **{KEY_STORE: OPENBAO}, **values))
     runs = _every_command(env)
@@ -236,8 +249,8 @@ def test_every_command_refuses_an_unusable_key_store_setting_in_one_line(
 
 
 def test_a_command_beside_a_configured_database_refuses_a_missing_key_store(
-    tmp_path: Path, bridge, database_url: str, store
-):
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store
+) -> None:
     env = _switch_off(pod_environment(tmp_path, bridge, database_url))
     del env[KEY_STORE]
     migrate = _run(["migrate"], env)
@@ -249,7 +262,7 @@ def test_a_command_beside_a_configured_database_refuses_a_missing_key_store(
     assert static.stderr.startswith(f"kagent-memory-governed: activation failed: {KEY_STORE} is not set: ")
 
 
-def test_sweep_refuses_a_key_store_inside_the_embedded_database_before_starting_it(tmp_path: Path):
+def test_sweep_refuses_a_key_store_inside_the_embedded_database_before_starting_it(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(PREFIX)}
     env |= {f"{PREFIX}DATA_DIR": str(tmp_path), KEY_STORE: f"file://{tmp_path}/postgres/keys"}
     swept = _run(["sweep"], env)
@@ -270,8 +283,8 @@ def openbao() -> Iterator[SimpleNamespace]:
 
 
 def test_doctor_passes_a_token_file_that_openbao_accepts_and_fails_one_it_refuses(
-    tmp_path: Path, bridge, database_url: str, store, openbao: SimpleNamespace
-):
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store, openbao: SimpleNamespace
+) -> None:
     token = tmp_path / "token"
     token.write_text(f"{openbao.token}\n")
     env = pod_environment(tmp_path, bridge, database_url, **{KEY_STORE: openbao.url, TOKEN: f"@{token}"})

@@ -17,6 +17,7 @@ import re
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -29,6 +30,9 @@ from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import CONFIG, HOMESERVER, A2AClient, Bridge, build_app, new_context
+
+if TYPE_CHECKING:
+    from kagent_memory_governed import Runtime
 
 ALICE = f"@alice:{HOMESERVER}"
 TEA = "my favourite tea is a smoky lapsang souchong"
@@ -103,7 +107,7 @@ async def consented(store: Store, bridge: Bridge) -> tuple[object, int]:
 
 @pytest.fixture
 def wire(
-    runtime, controller: FakeController, bridge: Bridge, consented, monkeypatch: pytest.MonkeyPatch
+    runtime: Runtime, controller: FakeController, bridge: Bridge, consented, monkeypatch: pytest.MonkeyPatch
 ) -> Callable[[Adapter, bool, Callable[[View], object]], AsyncIterator[Wire]]:
     from contextlib import asynccontextmanager
 
@@ -123,8 +127,8 @@ def wire(
 @pytest.mark.parametrize("streaming", MODES)
 @pytest.mark.parametrize("adapter", available(), ids=lambda adapter: adapter.name)
 async def test_every_memory_path_reaches_the_provider_as_the_model_can_read_it(
-    wire, runtime, store: Store, consented, adapter: Adapter, streaming: bool
-):
+    wire, runtime: Runtime, store: Store, consented, adapter: Adapter, streaming: bool
+) -> None:
     async with wire(adapter, streaming, script) as session:
         answer = await session.say(QUESTION)  # a new session: prefetch, then load_memory
         prefetched, loaded = session.chats()[:2]
@@ -164,7 +168,7 @@ def failing(view: View) -> Failure:
 @pytest.mark.parametrize("adapter", available(), ids=lambda adapter: adapter.name)
 async def test_a_provider_failure_inside_memory_work_answers_model_failed_whichever_adapter_raised_it(
     wire, adapter: Adapter, streaming: bool, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     caplog.set_level(logging.DEBUG)
     async with wire(adapter, streaming, failing) as session:
         answer = await session.say(QUESTION)

@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -17,7 +19,23 @@ from support import free_port
 
 from kagent_memory_governed import metering
 from kagent_memory_governed.errors import ConfigurationError, Reason
-from kagent_memory_governed.testing import HOMESERVER, A2AClient, ScriptedModel, build_app, new_context, reply_text
+from kagent_memory_governed.testing import (
+    HOMESERVER,
+    A2AClient,
+    Bridge,
+    CountingEmbedder,
+    ScriptedModel,
+    build_app,
+    new_context,
+    reply_text,
+)
+
+if TYPE_CHECKING:
+    import asyncpg
+
+    from kagent_memory_governed import Runtime
+    from kagent_memory_governed.scope import ScopeKey
+    from kagent_memory_governed.store import Store
 
 ALICE = f"@alice:{HOMESERVER}"
 
@@ -45,7 +63,9 @@ def delta(before: dict, after: dict) -> dict:
     return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
 
 
-async def test_memory_work_is_counted_by_operation_result_and_reason(metric_reader, runtime, store, bridge, embedder):
+async def test_memory_work_is_counted_by_operation_result_and_reason(
+    metric_reader: InMemoryMetricReader, runtime: Runtime, store: Store, bridge: Bridge, embedder: CountingEmbedder
+) -> None:
     model = ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": "likes tea"})])
     app = build_app(model)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
@@ -72,7 +92,7 @@ async def test_memory_work_is_counted_by_operation_result_and_reason(metric_read
     }
 
 
-def test_an_unbounded_label_is_a_programming_error():
+def test_an_unbounded_label_is_a_programming_error() -> None:
     with pytest.raises(ValueError):
         metering.count("@alice:example.org", "ok")
     with pytest.raises(ValueError):
@@ -80,13 +100,13 @@ def test_an_unbounded_label_is_a_programming_error():
 
 
 async def test_a_generation_past_bigint_is_a_bad_assertion_that_reaches_no_statement(
-    metric_reader, runtime, store, bridge, embedder
-):
+    metric_reader: InMemoryMetricReader, runtime: Runtime, store: Store, bridge: Bridge, embedder: CountingEmbedder
+) -> None:
     model = ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": "likes tea"})])
     app = build_app(model)
     statements: list[str] = []
 
-    def seen(conn, cursor, statement, parameters, context, executemany):
+    def seen(conn, cursor, statement, parameters, context, executemany) -> None:
         statements.append(statement)
 
     engine = store._engine.sync_engine  # observation only: package code never reaches the engine
@@ -138,7 +158,7 @@ class Collector(http.server.BaseHTTPRequestHandler):
         return None
 
 
-def test_an_exporter_list_exports_to_each_the_standard_opentelemetry_way():
+def test_an_exporter_list_exports_to_each_the_standard_opentelemetry_way() -> None:
     Collector.received = []
     with http.server.ThreadingHTTPServer(("127.0.0.1", 0), Collector) as collector:
         threading.Thread(target=collector.serve_forever, daemon=True).start()
@@ -155,7 +175,7 @@ def test_an_exporter_list_exports_to_each_the_standard_opentelemetry_way():
     assert '"name": "governed_memory.operations"' in result.stdout  # the console exporter's JSON
 
 
-def test_the_prometheus_exporter_serves_the_counter_when_its_package_is_installed():
+def test_the_prometheus_exporter_serves_the_counter_when_its_package_is_installed() -> None:
     port = free_port()
     script = EXPORTING + f"print(httpx.get('http://127.0.0.1:{port}/metrics').text)\n"
     result = export(
@@ -165,7 +185,7 @@ def test_the_prometheus_exporter_serves_the_counter_when_its_package_is_installe
     assert 'governed_memory_operations_total{operation="load",reason="none",result="ok"} 1.0' in result.stdout
 
 
-def test_without_its_package_the_prometheus_exporter_is_one_line_naming_the_package():
+def test_without_its_package_the_prometheus_exporter_is_one_line_naming_the_package() -> None:
     script = (
         "import sys; sys.modules['opentelemetry.exporter.prometheus'] = None\n"  # as if it were not installed
         "from kagent_memory_governed import metering\n"
@@ -192,7 +212,7 @@ def test_without_its_package_the_prometheus_exporter_is_one_line_naming_the_pack
         ("prometheus,otlp", ("prometheus", "otlp")),
     ],
 )
-def test_the_exporter_variable_is_a_comma_separated_list(value: str | None, exporters: tuple[str, ...]):
+def test_the_exporter_variable_is_a_comma_separated_list(value: str | None, exporters: tuple[str, ...]) -> None:
     assert metering.exporters_from(value) == exporters
 
 
@@ -204,7 +224,7 @@ def test_the_exporter_variable_is_a_comma_separated_list(value: str | None, expo
         ("none,otlp", "OTEL_METRICS_EXPORTER: none cannot be combined with another exporter"),
     ],
 )
-def test_an_unknown_exporter_or_none_in_a_list_is_refused_in_one_line(value: str, message: str):
+def test_an_unknown_exporter_or_none_in_a_list_is_refused_in_one_line(value: str, message: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
         metering.exporters_from(value)
     assert str(refused.value) == message
@@ -223,7 +243,9 @@ def gauges(reader: InMemoryMetricReader) -> dict[tuple[str, str], float]:
     return found
 
 
-async def test_the_gauges_report_store_availability_and_unfinished_erasures(metric_reader, store, key, sql, tmp_path):
+async def test_the_gauges_report_store_availability_and_unfinished_erasures(
+    metric_reader: InMemoryMetricReader, store: Store, key: ScopeKey, sql: asyncpg.Connection, tmp_path: Path
+) -> None:
     from kagent_memory_governed import health
     from kagent_memory_governed.policy import Policy
     from kagent_memory_governed.store import Store
@@ -248,7 +270,7 @@ async def test_the_gauges_report_store_availability_and_unfinished_erasures(metr
     assert gauges(metric_reader) == {("governed_memory.store.available", "store_unavailable"): 0}
 
 
-def test_a_health_label_outside_its_set_is_a_programming_error():
+def test_a_health_label_outside_its_set_is_a_programming_error() -> None:
     with pytest.raises(ValueError):
         metering.observe_store(metering.StoreHealth("@alice:example.org", None))
     with pytest.raises(ValueError):

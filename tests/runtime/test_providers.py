@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import typing
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -29,6 +30,9 @@ from providers import (
 )
 
 from kagent_memory_governed.adk.conversation import SUMMARY_MARKER
+
+if TYPE_CHECKING:
+    from kagent_memory_governed.testing import ScriptedModel
 
 SYSTEM = "You are the loopback agent. Answer in one line."
 USER = 'Which colour do I like? Say "it" plainly.'
@@ -76,7 +80,7 @@ def conversation(adapter: Adapter) -> LlmRequest:
     return LlmRequest(model=adapter.model_name, contents=contents, config=config)
 
 
-async def generate(model, request: LlmRequest, stream: bool) -> list[LlmResponse]:
+async def generate(model: ScriptedModel, request: LlmRequest, stream: bool) -> list[LlmResponse]:
     return [response async for response in model.generate_content_async(request, stream=stream)]
 
 

@@ -42,12 +42,12 @@ def _reachable(cls: type) -> set[type]:
     return found
 
 
-def test_every_exported_name_exists():
+def test_every_exported_name_exists() -> None:
     for name in kagent_memory_governed.__all__:
         assert getattr(kagent_memory_governed, name) is not None, name
 
 
-def test_every_value_a_public_call_hands_out_is_exported():
+def test_every_value_a_public_call_hands_out_is_exported() -> None:
     exported = {getattr(kagent_memory_governed, name) for name in kagent_memory_governed.__all__}
     seen: set[type] = set()
     frontier = {value for value in exported if isinstance(value, type)}

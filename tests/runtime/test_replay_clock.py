@@ -42,7 +42,7 @@ async def _records(sql: asyncpg.Connection, jti: str) -> int:
 
 async def test_a_replica_whose_clock_is_ahead_cannot_sweep_a_record_another_still_needs(
     store: Store, other: Store, sql: asyncpg.Connection
-):
+) -> None:
     now = datetime.now(UTC)
     valid_until = now + timedelta(seconds=LEEWAY_SECONDS)  # a token still valid on the database's clock
     with freeze_time(now, real_asyncio=True):
@@ -54,7 +54,7 @@ async def test_a_replica_whose_clock_is_ahead_cannot_sweep_a_record_another_stil
         assert await refusal(store.claim_once("spent-once", valid_until)) is Reason.ASSERTION_REPLAYED
 
 
-async def test_a_token_the_database_clock_has_seen_expire_is_never_spent(store: Store, other: Store):
+async def test_a_token_the_database_clock_has_seen_expire_is_never_spent(store: Store, other: Store) -> None:
     """A replica running behind by more than the leeway still accepts a token the database's clock has seen
     expire; it is refused, before and after any sweep, so no sweep can make it spendable."""
     now = datetime.now(UTC)
@@ -73,7 +73,7 @@ async def test_a_token_the_database_clock_has_seen_expire_is_never_spent(store: 
 
 async def test_records_are_swept_on_the_database_clock_whatever_the_application_clock(
     store: Store, sql: asyncpg.Connection
-):
+) -> None:
     now = datetime.now(UTC)
     await store.claim_once("valid", now + timedelta(minutes=5))
     await sql.execute(  # a record whose token the database's clock has seen expire

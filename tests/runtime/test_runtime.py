@@ -7,6 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from typing import TYPE_CHECKING
 
 import asyncpg
 import httpx
@@ -22,6 +23,7 @@ from kagent_memory_governed.testing import (
     HOMESERVER,
     A2AClient,
     Bridge,
+    CountingEmbedder,
     ScriptedModel,
     build_app,
     compact,
@@ -29,6 +31,9 @@ from kagent_memory_governed.testing import (
     reply_text,
     system_instruction,
 )
+
+if TYPE_CHECKING:
+    from kagent_memory_governed import Runtime
 
 ALICE = f"@alice:{HOMESERVER}"
 BOB = f"@bob:{HOMESERVER}"
@@ -45,14 +50,14 @@ def remember_and_recall(text: str) -> list[tuple[str, dict]]:
 
 
 @pytest.fixture
-def model(embedder) -> ScriptedModel:
+def model(embedder: CountingEmbedder) -> ScriptedModel:
     embedder.calls = embedder.items = 0
     embedder.fail_with = None
     return ScriptedModel().script(on_user=remember_and_recall)
 
 
 @pytest.fixture
-async def agent(runtime, model: ScriptedModel) -> AsyncIterator[A2AClient]:
+async def agent(runtime: Runtime, model: ScriptedModel) -> AsyncIterator[A2AClient]:
     app = build_app(model)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
         http.app = app
@@ -74,7 +79,9 @@ async def entries(store: Store, bridge: Bridge, **claims) -> list[str]:
     return [entry.text for entry in (await store.inspect(key)).entries]
 
 
-async def test_the_agent_gets_the_governed_tools_and_service(runtime, agent: A2AClient, model):
+async def test_the_agent_gets_the_governed_tools_and_service(
+    runtime: Runtime, agent: A2AClient, model: ScriptedModel
+) -> None:
     answer = await agent.send("hello", context_id=new_context(), user=ALICE, scope=None)
     assert answer["result"]["status"]["state"] == "completed"
     tools = model.chats[0].tools_dict
@@ -86,8 +93,14 @@ async def test_the_agent_gets_the_governed_tools_and_service(runtime, agent: A2A
 
 
 async def test_before_consent_five_turns_store_nothing_and_spend_nothing(
-    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder, sql: asyncpg.Connection
-):
+    runtime: Runtime,
+    agent: A2AClient,
+    model: ScriptedModel,
+    store: Store,
+    bridge: Bridge,
+    embedder: CountingEmbedder,
+    sql: asyncpg.Connection,
+) -> None:
     context = new_context()
     model.script(summary='["the user likes lapsang souchong"]')
     for _ in range(6):
@@ -101,7 +114,7 @@ async def test_before_consent_five_turns_store_nothing_and_spend_nothing(
 
 async def test_after_consent_save_then_prefetch_and_load_in_a_new_session(
     agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge
-):
+) -> None:
     await consent(store, bridge)
     saved = await agent.send(TEA, context_id=new_context(), user=ALICE, scope=scope(bridge))
     assert "Saved to long-term memory" in reply_text(saved)
@@ -155,8 +168,8 @@ def _variants(bridge: Bridge) -> dict[str, tuple[str | None, str]]:
     ],
 )
 async def test_a_request_without_a_valid_matching_assertion_runs_memory_free(
-    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder, variant: str
-):
+    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder: CountingEmbedder, variant: str
+) -> None:
     await consent(store, bridge)
     generation = await consent(store, bridge)  # generation 2: a gen=1 assertion is stale
     key = verify(scope(bridge, gen=generation), bridge.trust(), now=now(), user_id=ALICE).key
@@ -176,8 +189,15 @@ async def test_a_request_without_a_valid_matching_assertion_runs_memory_free(
 
 @pytest.mark.parametrize("held_at", ["summarize", "embed"])
 async def test_a_withdrawal_during_an_in_flight_auto_save_leaves_nothing(
-    runtime, agent, model: ScriptedModel, store: Store, bridge: Bridge, embedder, sql: asyncpg.Connection, held_at
-):
+    runtime: Runtime,
+    agent: A2AClient,
+    model: ScriptedModel,
+    store: Store,
+    bridge: Bridge,
+    embedder: CountingEmbedder,
+    sql: asyncpg.Connection,
+    held_at,
+) -> None:
     generation = await consent(store, bridge)
     gate = asyncio.Event()
     model.script(
@@ -212,8 +232,8 @@ async def test_a_withdrawal_during_an_in_flight_auto_save_leaves_nothing(
 
 
 async def test_auto_save_runs_every_fifth_user_turn_with_at_most_ten_facts(
-    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder
-):
+    runtime: Runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder: CountingEmbedder
+) -> None:
     await consent(store, bridge)
     summary = [f"fact number {n}" for n in range(12)] + ["x" * 513]
     model.script(on_user=lambda text: [], summary=json.dumps(summary))
@@ -232,8 +252,14 @@ async def test_auto_save_runs_every_fifth_user_turn_with_at_most_ten_facts(
 
 @pytest.mark.parametrize("output", ["I think the user likes tea", '{"facts": ["tea"]}', "[1, 2]", "```json\n[", ""])
 async def test_malformed_summarizer_output_is_dropped(
-    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder, output: str
-):
+    runtime: Runtime,
+    agent: A2AClient,
+    model: ScriptedModel,
+    store: Store,
+    bridge: Bridge,
+    embedder: CountingEmbedder,
+    output: str,
+) -> None:
     await consent(store, bridge)
     model.script(on_user=lambda text: [], summary=output)
     context = new_context()
@@ -272,8 +298,8 @@ async def test_a_prompt_to_ignore_the_rules_cannot_reach_another_scope(
 
 
 async def test_prefetch_embeds_at_most_eight_bounded_subqueries(
-    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder
-):
+    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder: CountingEmbedder
+) -> None:
     await consent(store, bridge)
     model.script(on_user=lambda text: [])
     message = " ".join(
@@ -286,8 +312,8 @@ async def test_prefetch_embeds_at_most_eight_bounded_subqueries(
 
 
 async def test_concurrent_requests_of_different_users_never_share_a_scope(
-    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge
-):
+    runtime: Runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge
+) -> None:
     users = {f"@user{n}:{HOMESERVER}": await consent(store, bridge, sub=f"@user{n}:{HOMESERVER}") for n in range(6)}
     model.script(on_user=lambda text: [("save_memory", {"content": text.split(":", 1)[1].strip()})])
 
@@ -307,7 +333,7 @@ async def _units(sql: asyncpg.Connection) -> int:
 
 async def test_a_prefetch_of_eight_subqueries_consumes_eight_units(
     agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, sql: asyncpg.Connection
-):
+) -> None:
     await consent(store, bridge)
     model.script(on_user=lambda text: [])
     message = " ".join(f"Sentence number {n} of a long first message about many things." for n in range(12))
@@ -316,8 +342,8 @@ async def test_a_prefetch_of_eight_subqueries_consumes_eight_units(
 
 
 async def test_an_auto_save_of_ten_facts_consumes_its_summary_and_ten_embedding_items(
-    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, sql: asyncpg.Connection
-):
+    runtime: Runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, sql: asyncpg.Connection
+) -> None:
     await consent(store, bridge)
     model.script(on_user=lambda text: [], summary=json.dumps([f"fact {n}" for n in range(10)]))
     context = new_context()
@@ -328,8 +354,8 @@ async def test_an_auto_save_of_ten_facts_consumes_its_summary_and_ten_embedding_
 
 
 async def test_over_the_ceiling_memory_fails_closed_the_chat_still_runs_and_nothing_is_spent(
-    runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder
-):
+    runtime: Runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder: CountingEmbedder
+) -> None:
     generation = await consent(store, bridge)
     key = verify(scope(bridge, gen=generation), bridge.trust(), now=now(), user_id=ALICE).key
     await store.admit(key, generation, "prefetch", units=60)  # the hour is spent
@@ -347,8 +373,8 @@ async def test_over_the_ceiling_memory_fails_closed_the_chat_still_runs_and_noth
 
 
 async def test_explicit_operations_over_the_rate_fail_closed_without_embedding(
-    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder
-):
+    agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, embedder: CountingEmbedder
+) -> None:
     await consent(store, bridge)
     replies = [await agent.send(TEA, context_id=new_context(), user=ALICE, scope=scope(bridge)) for _ in range(4)]
     assert ["Saved to long-term memory" in reply_text(r) for r in replies] == [True, True, True, False]

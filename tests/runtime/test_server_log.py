@@ -14,6 +14,7 @@ import re
 import time
 import uuid
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import httpx
 from controller import FakeController, listening
@@ -22,6 +23,9 @@ from service import REMOTE, Service
 from support import pod_environment, serve, wait_for_health
 
 from kagent_memory_governed.testing import CARD, CONFIG, HOMESERVER, Bridge
+
+if TYPE_CHECKING:
+    from kagent_memory_governed.store import Store
 
 ALICE = f"@alice:{HOMESERVER}"
 FACT = "my locker code is SENTINEL-LOCKER-4711"
@@ -56,8 +60,8 @@ def remote_environment(env: dict[str, str], service: Service, token: Path) -> di
 
 
 def test_a_served_lifecycle_logs_one_access_line_a_request_no_logging_error_and_nothing_remembered(
-    tmp_path: Path, bridge: Bridge, database_url: str, store, request
-):
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store, request
+) -> None:
     service: Service | None = request.getfixturevalue("memory_service") if REMOTE else None
     fake = FakeController()
     with Provider(script) as provider, listening(fake) as controller_url:

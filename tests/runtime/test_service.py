@@ -19,7 +19,7 @@ T0 = datetime(2026, 5, 4, 9, 30, tzinfo=UTC)
 
 async def test_an_agents_ttl_days_lowers_the_expiry_ceiling_and_never_raises_it(
     store: Store, database_url: str, key: ScopeKey
-):
+) -> None:
     # its own: the Agent's ttl lowers this store's ceiling
     store = Store.connect(database_url, Policy(), keys=store.key_store)
     try:

@@ -41,7 +41,7 @@ def own_server():
     return server, url
 
 
-async def test_a_stopped_server_fails_closed_and_the_retry_succeeds(own_server):
+async def test_a_stopped_server_fails_closed_and_the_retry_succeeds(own_server) -> None:
     server, url = own_server
     store = Store.connect(url, Policy(), keys=keys_of(url))
     try:
@@ -71,7 +71,7 @@ def _exception_classes(*modules) -> set[type[BaseException]]:
     }
 
 
-def test_every_driver_and_pool_exception_is_a_database_error():
+def test_every_driver_and_pool_exception_is_a_database_error() -> None:
     """Whatever the driver or SQLAlchemy raises is mapped at the store's boundary, not only what was seen."""
     raised = _exception_classes(asyncpg.exceptions, asyncpg.exceptions._base, sqlalchemy.exc)
     assert asyncpg.InternalClientError in raised and sqlalchemy.exc.TimeoutError in raised
@@ -192,7 +192,7 @@ async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(
     assert outcomes["control 200"] > 0, outcomes
 
 
-async def test_an_exhausted_pool_fails_closed(database_url: str, store: Store):
+async def test_an_exhausted_pool_fails_closed(database_url: str, store: Store) -> None:
     small = Store.connect(database_url, Policy(), keys=store.key_store, pool_size=1, max_overflow=0, pool_timeout=0.2)
     key = make_key()
     try:
@@ -208,7 +208,7 @@ async def test_an_exhausted_pool_fails_closed(database_url: str, store: Store):
 
 async def test_a_lock_held_past_the_timeout_fails_closed_and_changes_nothing(
     database_url: str, store: Store, sql: asyncpg.Connection
-):
+) -> None:
     impatient = Store.connect(database_url, Policy(), keys=store.key_store, lock_timeout_ms=200)
     key = make_key()
     try:

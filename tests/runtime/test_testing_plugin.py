@@ -15,7 +15,7 @@ def saving(text: str) -> list[tuple[str, dict]]:
     return [("save_memory", {"content": text})]
 
 
-async def test_rate_limits_and_token_lifetimes_follow_the_frozen_clock(governed_agent: GovernedAgent):
+async def test_rate_limits_and_token_lifetimes_follow_the_frozen_clock(governed_agent: GovernedAgent) -> None:
     governed_agent.model.script(on_user=saving)
     with freeze_time(now() + timedelta(days=3), real_asyncio=True) as frozen:
         await governed_agent.memory.consent("assist", "v1")
@@ -27,7 +27,9 @@ async def test_rate_limits_and_token_lifetimes_follow_the_frozen_clock(governed_
     assert (await governed_agent.memory.status()).entries == 4
 
 
-async def test_each_test_starts_from_empty_tables_and_a_memory_free_send_is_refused(governed_agent: GovernedAgent):
+async def test_each_test_starts_from_empty_tables_and_a_memory_free_send_is_refused(
+    governed_agent: GovernedAgent,
+) -> None:
     governed_agent.model.script(on_user=saving)
     status = await governed_agent.memory.status()
     assert (status.enabled, status.entries, status.last_erasure) == (False, 0, None)

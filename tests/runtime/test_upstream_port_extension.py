@@ -16,7 +16,7 @@ from kagent_memory_governed.adk.runtime import extension
 SENTINEL = "SENTINEL-TOOL-ERROR-quoting-a-fact"
 
 
-async def test_a_tool_failing_inside_memory_work_answers_its_type_only():
+async def test_a_tool_failing_inside_memory_work_answers_its_type_only() -> None:
     plugin = integration.MemoryWorkToolErrors()
     token = redaction.enter(True)
     try:
@@ -28,7 +28,7 @@ async def test_a_tool_failing_inside_memory_work_answers_its_type_only():
     assert answer == {"error": "RuntimeError during memory-enabled work (detail withheld)"}
 
 
-async def test_a_tool_failing_outside_memory_work_is_left_to_kagent():
+async def test_a_tool_failing_outside_memory_work_is_left_to_kagent() -> None:
     plugin = integration.MemoryWorkToolErrors()
     token = redaction.enter(False)
     try:
@@ -40,7 +40,7 @@ async def test_a_tool_failing_outside_memory_work_is_left_to_kagent():
     assert answer is None
 
 
-def test_the_extensions_plugins_put_the_recall_boundary_first():
+def test_the_extensions_plugins_put_the_recall_boundary_first() -> None:
     plugins = extension.plugins(context=None)
     assert isinstance(plugins[0], RecallBoundary) and plugins[0].name == PLUGIN_NAME
     assert [type(plugin) for plugin in plugins] == [RecallBoundary, integration.MemoryWorkToolErrors]
@@ -50,7 +50,7 @@ def test_the_extensions_plugins_put_the_recall_boundary_first():
     importlib.util.find_spec("kagent.adk.extensions") is None,
     reason="runtime-patching mode: kagent-adk without patch 0001 has no RuntimeExtension to satisfy",
 )
-def test_the_extension_satisfies_the_series_protocol_and_its_load_time_check():
+def test_the_extension_satisfies_the_series_protocol_and_its_load_time_check() -> None:
     from kagent.adk import extensions
 
     assert isinstance(extension, extensions.RuntimeExtension) and not isinstance(extension, type)

@@ -19,12 +19,12 @@ from packaging.requirements import Requirement
 from kagent_memory_governed.adk import upstream
 
 
-def test_the_installed_kagent_adk_is_a_supported_release_and_the_one_asked_for():
+def test_the_installed_kagent_adk_is_a_supported_release_and_the_one_asked_for() -> None:
     release = upstream.installed()
     assert release.version == os.environ.get("KAGENT_ADK_VERSION", release.version)
 
 
-def test_the_dependency_pin_admits_the_locked_releases_and_no_1_0():
+def test_the_dependency_pin_admits_the_locked_releases_and_no_1_0() -> None:
     """kagent-adk 1.0 has no lock and no CI run here (it cannot be installed): the pin keeps it out, and
     ``installed()`` refuses any release between the locked ones at activation."""
     root = Path(__file__).resolve().parents[2]
@@ -36,7 +36,7 @@ def test_the_dependency_pin_admits_the_locked_releases_and_no_1_0():
     assert locks == sorted(f"kagent-adk-{release.version}.txt" for release in upstream.SUPPORTED)
 
 
-def test_the_installed_google_adk_and_a2a_sdk_are_the_releases_lock():
+def test_the_installed_google_adk_and_a2a_sdk_are_the_releases_lock() -> None:
     from importlib.metadata import version
 
     release = upstream.installed()
@@ -45,16 +45,16 @@ def test_the_installed_google_adk_and_a2a_sdk_are_the_releases_lock():
 
 
 @pytest.mark.parametrize(("module", "name"), upstream.RUNTIME_PATCH_TARGETS)
-def test_every_name_runtime_patching_replaces_exists(module: str, name: str):
+def test_every_name_runtime_patching_replaces_exists(module: str, name: str) -> None:
     assert hasattr(importlib.import_module(module), name)
 
 
-def test_configure_memory_is_a_method_runtime_patching_can_replace():
+def test_configure_memory_is_a_method_runtime_patching_can_replace() -> None:
     source = Path(importlib.util.find_spec("kagent.adk.types").origin).read_text()
     assert "    def _configure_memory(self, agent: Agent) -> None:" in source
 
 
-def test_upstream_save_tool_calls_add_memory_in_the_recorded_form():
+def test_upstream_save_tool_calls_add_memory_in_the_recorded_form() -> None:
     from kagent_memory_governed.adk.tools import GovernedSaveMemoryTool
 
     (save_memory_tool,) = GovernedSaveMemoryTool.__bases__  # upstream's SaveMemoryTool
@@ -62,14 +62,14 @@ def test_upstream_save_tool_calls_add_memory_in_the_recorded_form():
     assert f"{upstream.installed().save_tool_call}=" in source
 
 
-def test_whether_upstream_add_memory_lets_errors_reach_the_tool_is_recorded():
+def test_whether_upstream_add_memory_lets_errors_reach_the_tool_is_recorded() -> None:
     from kagent.adk._memory_service import KagentMemoryService
 
     catches = "except Exception" in inspect.getsource(KagentMemoryService.add_memory)
     assert catches is not upstream.installed().add_memory_raises
 
 
-def test_the_governed_save_tool_never_runs_upstreams_answer():
+def test_the_governed_save_tool_never_runs_upstreams_answer() -> None:
     from kagent_memory_governed.adk.tools import GovernedSaveMemoryTool
 
     (save_memory_tool,) = GovernedSaveMemoryTool.__bases__
