@@ -62,7 +62,8 @@ class Key:
 
     def sign(self, message: bytes) -> bytes:
         if self.alg == "RS256":
-            return self.private.sign(message, padding.PKCS1v15(), hashes.SHA256())
+            signature: bytes = self.private.sign(message, padding.PKCS1v15(), hashes.SHA256())
+            return signature
         r, s = decode_dss_signature(self.private.sign(message, ec.ECDSA(hashes.SHA256())))
         return r.to_bytes(32) + s.to_bytes(32)
 
@@ -75,7 +76,9 @@ def ec_key() -> Key:
     return Key(ec.generate_private_key(ec.SECP256R1()), "ES256")
 
 
-def claims(namespace: str = "agents", account: str = "alpha", *, issued: datetime.datetime = T0, **changes: Any):
+def claims(
+    namespace: str = "agents", account: str = "alpha", *, issued: datetime.datetime = T0, **changes: Any
+) -> dict[str, Any]:
     """A projected token's claims for a pod of ``namespace/account``, ``expirationSeconds: 600``."""
     now = int(issued.timestamp())
     body: dict[str, Any] = {

@@ -13,14 +13,25 @@ import os
 os.environ.setdefault("KAGENT_URL", "http://controller.invalid")
 os.environ.setdefault("KAGENT_NAMESPACE", "kagent")
 os.environ.setdefault("KAGENT_NAME", "helper")
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import asyncpg
 import pytest
 from service import REMOTE
 from support import KEY_STORE, bound_to, make_key, private_directory
+
+if TYPE_CHECKING:
+    from cluster import Cluster, Key
+    from controller import FakeController
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+    from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from service import Service
+
+    from kagent_memory_governed.adk.runtime import Runtime
 
 # Each test process (each xdist worker) keeps its entry keys apart, never in the user's data directory: two
 # processes erasing scopes of the same name in their own databases must not destroy each other's keys. In this
@@ -64,7 +75,7 @@ def store(governed_store: Store) -> Store:
 
 
 @pytest.fixture
-def bridge(governed_private_key) -> Bridge:
+def bridge(governed_private_key: Ed25519PrivateKey) -> Bridge:
     """The bridge double signs with the key the installed runtime trusts, and can sign anything else too. In remote
     mode each test has a control room of its own: the service keeps what it read of a scope a while, which a test's
     emptied tables would leave behind (a database gone back in time, to the service)."""
@@ -83,13 +94,14 @@ def embedder(governed_embedder: CountingEmbedder) -> CountingEmbedder:
 
 
 @pytest.fixture(scope="session")
-def runtime(request: pytest.FixtureRequest, governed_store: Store):
+def runtime(request: pytest.FixtureRequest, governed_store: Store) -> Runtime:
     """Governed memory installed into this test process, once: kagent-adk's own classes are replaced. Its store is
     in-process, or, with ``KAGENT_GOVERNED_MEMORY_TEST_SERVICE=on`` (remote mode), the memory service as a process
     of its own (``memory_service``), reached as an agent pod reaches it. Either way over the session's database,
     named here so that every test using the runtime has its tables emptied after it (``_clean_tables``)."""
     if not REMOTE:
-        return request.getfixturevalue("governed_runtime")
+        runtime: Runtime = request.getfixturevalue("governed_runtime")
+        return runtime
     from kagent_memory_governed import install
     from kagent_memory_governed.settings import Settings
     from kagent_memory_governed.testing.bridge import HOMESERVER
@@ -110,7 +122,7 @@ def runtime(request: pytest.FixtureRequest, governed_store: Store):
 
 
 @pytest.fixture(scope="session")
-def kube(tmp_path_factory: pytest.TempPathFactory):
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Key]]:
     """An API server's keys and issuer discovery (``cluster.py``), for the service's workload identity."""
     from cluster import rsa_key, serving
 
@@ -121,7 +133,13 @@ def kube(tmp_path_factory: pytest.TempPathFactory):
 
 
 @pytest.fixture(scope="session")
-def memory_service(tmp_path_factory: pytest.TempPathFactory, database_url: str, governed_private_key, kube, store):
+def memory_service(
+    tmp_path_factory: pytest.TempPathFactory,
+    database_url: str,
+    governed_private_key: Ed25519PrivateKey,
+    kube: tuple[Cluster, Key],
+    store: Store,
+) -> Iterator[Service]:
     """``kagent-memory-governed serve`` over the suite's database and key store, for the session (remote mode)."""
     from service import running
 
@@ -132,7 +150,7 @@ def memory_service(tmp_path_factory: pytest.TempPathFactory, database_url: str, 
 
 
 @pytest.fixture(scope="session")
-def pod_token(tmp_path_factory: pytest.TempPathFactory, kube):
+def pod_token(tmp_path_factory: pytest.TempPathFactory, kube: tuple[Cluster, Key]) -> Iterator[Path]:
     """This process's projected token as the agent ``kagent/helper``, rotated while the session runs."""
     from service import rotated
 
@@ -141,7 +159,7 @@ def pod_token(tmp_path_factory: pytest.TempPathFactory, kube):
 
 
 @pytest.fixture
-def controller(monkeypatch: pytest.MonkeyPatch):
+def controller(monkeypatch: pytest.MonkeyPatch) -> FakeController:
     """A recording stand-in for kagent's controller, used by every app built with ``local=False``."""
     import types
 
@@ -152,7 +170,7 @@ def controller(monkeypatch: pytest.MonkeyPatch):
     fake = FakeController()
     real = httpx.AsyncClient
 
-    def client(**kwargs):
+    def client(**kwargs: Any) -> httpx.AsyncClient:
         return real(transport=httpx.MockTransport(fake), **kwargs)
 
     monkeypatch.setattr(a2a, "httpx", types.SimpleNamespace(AsyncClient=client))
@@ -160,7 +178,7 @@ def controller(monkeypatch: pytest.MonkeyPatch):
 
 
 @pytest.fixture(scope="session")
-def metric_reader():
+def metric_reader() -> InMemoryMetricReader:
     from opentelemetry import metrics
     from opentelemetry.sdk.metrics import MeterProvider
     from opentelemetry.sdk.metrics.export import InMemoryMetricReader
@@ -171,7 +189,7 @@ def metric_reader():
 
 
 @pytest.fixture(scope="session")
-def span_exporter():
+def span_exporter() -> InMemorySpanExporter:
     from opentelemetry import trace
     from opentelemetry.sdk.trace import TracerProvider
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor

@@ -10,14 +10,15 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 
 
 class FakeController:
     def __init__(self) -> None:
-        self.sessions: dict[str, dict] = {}
-        self.tasks: dict[str, dict] = {}
+        self.sessions: dict[str, dict[str, Any]] = {}
+        self.tasks: dict[str, dict[str, Any]] = {}
         self.memory_requests: list[str] = []
         self.paths: list[str] = []
         self.bodies: list[str] = []  # every request body, as received
@@ -43,7 +44,7 @@ class FakeController:
             return self._tasks(request.method, parts[2:], body)
         return httpx.Response(404, json={"error": True})
 
-    def _sessions(self, method: str, rest: list[str], body, user_id: str | None) -> httpx.Response:
+    def _sessions(self, method: str, rest: list[str], body: Any, user_id: str | None) -> httpx.Response:
         if method == "POST" and not rest:
             self.sessions[body["id"]] = {"user_id": body["user_id"], "events": []}
             return httpx.Response(200, json={"data": {"id": body["id"], "user_id": body["user_id"]}})
@@ -59,7 +60,7 @@ class FakeController:
             return httpx.Response(200, json={"data": {}})
         return httpx.Response(404, json={"error": True})
 
-    def _tasks(self, method: str, rest: list[str], body) -> httpx.Response:
+    def _tasks(self, method: str, rest: list[str], body: Any) -> httpx.Response:
         if method == "POST" and not rest:
             self.tasks[body["id"]] = body
             return httpx.Response(200, json={"error": False, "data": body})

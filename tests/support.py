@@ -16,6 +16,7 @@ import time
 from collections.abc import Awaitable
 from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 import httpx
 import pytest
@@ -139,17 +140,18 @@ def pod_environment(tmp_path: Path, bridge: Bridge, database_url: str, **extra: 
 def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
+        port: int = probe.getsockname()[1]  # an AF_INET address: (host, port)
+        return port
 
 
 def serve(
     tmp_path: Path,
     env: dict[str, str],
     *,
-    config: dict | None = None,
-    card: dict | None = None,
+    config: dict[str, Any] | None = None,
+    card: dict[str, Any] | None = None,
     log: Path | None = None,
-) -> tuple[subprocess.Popen, str]:
+) -> tuple[subprocess.Popen[str], str]:
     """``kagent-memory-governed static`` (upstream's server, governed) on a free loopback port, serving the
     agent of ``config`` (default ``CONFIG``); its stdout and stderr go to a pipe, or to the file ``log``
     (a pipe that nobody reads would stall a server that logs much)."""
@@ -173,7 +175,7 @@ def serve(
     return server, f"http://127.0.0.1:{port}"
 
 
-def wait_for_health(server: subprocess.Popen, url: str) -> httpx.Response | None:
+def wait_for_health(server: subprocess.Popen[str], url: str) -> httpx.Response | None:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline and server.poll() is None:
         try:
@@ -189,6 +191,7 @@ def benchmark(name: str) -> ModuleType:
     if module_name not in sys.modules:
         path = ROOT / "benchmarks" / f"{name}.py"
         spec = importlib.util.spec_from_file_location(module_name, path)
+        assert spec is not None and spec.loader is not None, path
         module = importlib.util.module_from_spec(spec)
         sys.modules[module_name] = module
         spec.loader.exec_module(module)
