@@ -235,7 +235,7 @@ def _governed_rows(scope: Scope, policy: Policy, vectors: np.ndarray, texts: lis
     """The rows ``Store.grant`` then ``Store.write`` of these facts leave: the scope (consent granted,
     generation 1), its entries sealed (expiring at the policy's ceiling) and the two ledger rows; and, under the
     key ``"keys"``, the entries' keys, for the key store."""
-    from kagent_memory_governed.store import sealing
+    from kagent_memory_governed.store import entry_format
 
     key, sid = scope.key, scope.key.scope_id
     expires = now + timedelta(seconds=policy.max_expiry_seconds)
@@ -243,7 +243,7 @@ def _governed_rows(scope: Scope, policy: Policy, vectors: np.ndarray, texts: lis
     scope.governed_ids = {entry_id: i for i, entry_id in enumerate(entry_ids)}
     scope.generation = 1
     keys = {
-        entry_id: sealing.new_key(admit_fact(text, policy), sid, 1)
+        entry_id: entry_format.new_key(admit_fact(text, policy), sid, 1)
         for entry_id, text in zip(entry_ids, texts, strict=True)
     }
     return {
@@ -275,7 +275,7 @@ def _governed_rows(scope: Scope, policy: Policy, vectors: np.ndarray, texts: lis
             {
                 "scope_id": sid,
                 "entry_id": entry_id,
-                "sealed": sealing.seal(keys[entry_id], sid, entry_id, admit_fact(text, policy), vector),
+                "sealed": entry_format.seal(keys[entry_id], sid, entry_id, admit_fact(text, policy), vector),
                 "generation": 1,
                 "created_at": now,
                 "expires_at": expires,

@@ -60,8 +60,8 @@ from kagent_memory_governed.service.values import Embedding, Fact
 from kagent_memory_governed.store import admission, connection, data, erasure, grants, maintenance, schema_admin, turns
 from kagent_memory_governed.store.database import Database, create_engine
 from kagent_memory_governed.store.erasure import caught_up
+from kagent_memory_governed.store.keyrings import Keyrings
 from kagent_memory_governed.store.replication import replication as read_replication
-from kagent_memory_governed.store.sealing import Keyrings
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
     Entry,

@@ -16,7 +16,7 @@ from support import facts, keys_of, make_key, refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS, Policy
 from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.store import NewFact, Store, sealing, turn_ref
+from kagent_memory_governed.store import NewFact, Store, entry_format, turn_ref
 from kagent_memory_governed.testing import embed
 
 
@@ -148,7 +148,9 @@ async def test_vectors_are_sealed_as_sent(store: Store, key: ScopeKey, sql: asyn
     row = await sql.fetchrow("SELECT * FROM governed_memory.entries WHERE entry_id = $1", entry_id)
     assert row["plain_text"] is None and row["plain_embedding"] is None  # only the ciphertext is stored
     keyring = await store.key_store.fetch(key.scope_id)
-    [opened] = sealing.open_entries(key.scope_id, [sealing.Row(*(row[c] for c in sealing.Row._fields))], keyring)
+    [opened] = entry_format.open_entries(
+        key.scope_id, [entry_format.Row(*(row[c] for c in entry_format.Row._fields))], keyring
+    )
     assert opened.text == "likes green tea"
     assert opened.embedding.tolist() == pytest.approx(embed("likes green tea"), abs=1e-7)
     [hit] = await store.search(key, generation, embed("likes green tea"), top_k=1)
