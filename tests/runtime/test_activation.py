@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import os
 import subprocess
 import sys
@@ -46,20 +47,21 @@ def test_install_is_idempotent_and_picks_the_mode_kagent_supports(runtime: Runti
     assert kagent_memory_governed.install() is runtime
     assert runtime.mode == ("entry-point" if upstream_has_extensions() else "runtime-patching")
     if runtime.mode == "entry-point":
-        from kagent.adk.extensions import ExtensionContext, load_extension
+        extensions = importlib.import_module("kagent.adk.extensions")  # only with upstream patch 0001
 
         assert os.environ["KAGENT_ADK_EXTENSION"] == "governed"
-        context = ExtensionContext(app_name="x", agent_config=None, local=True)
-        service = load_extension().create_memory_service(context)
+        context = extensions.ExtensionContext(app_name="x", agent_config=None, local=True)
+        service = extensions.load_extension().create_memory_service(context)
     else:
-        service = a2a.KagentMemoryService(embedding_config=None)
+        # the name kagent's module holds once patched: the governed class, whose signature is not upstream's
+        service = a2a.KagentMemoryService(embedding_config=None)  # type: ignore[attr-defined, call-arg]
     assert service is runtime.service
 
 
 async def test_with_a_controller_no_request_reaches_api_memories(
     runtime: Runtime, controller: FakeController, store: Store, bridge: Bridge, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    def upstream_memory_constructed(*args, **kwargs) -> None:
+    def upstream_memory_constructed(*args: object, **kwargs: object) -> None:
         raise AssertionError("upstream KagentMemoryService was constructed")
 
     monkeypatch.setattr("kagent.adk._memory_service.KagentMemoryService.__init__", upstream_memory_constructed)
@@ -143,7 +145,9 @@ def test_without_the_switch_nothing_changes(tmp_path: Path, bridge: Bridge, data
         {"KAGENT_NAME": "Not_Valid"},
     ],
 )
-def test_a_failed_activation_ends_the_process(tmp_path: Path, bridge: Bridge, database_url: str, broken: dict) -> None:
+def test_a_failed_activation_ends_the_process(
+    tmp_path: Path, bridge: Bridge, database_url: str, broken: dict[str, str]
+) -> None:
     env = pod_environment(tmp_path, bridge, database_url, **broken)
     result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
     assert result.returncode == 78
@@ -206,18 +210,21 @@ def test_the_server_refuses_to_start_on_an_unmigrated_database(
 def test_a_runner_built_anywhere_in_kagent_gets_the_governed_service(runtime: Runtime) -> None:
     agent = AgentConfig.model_validate(CONFIG).to_agent("helper")
     if runtime.mode == "entry-point":  # no Runner class of its own: kagent's runners get the extension's service
-        with mock.patch.object(a2a, "A2aAgentExecutor", wraps=a2a.A2aAgentExecutor) as executor:
+        # kagent's module imports A2aAgentExecutor and Runner without re-exporting them
+        upstream_executor = a2a.A2aAgentExecutor  # type: ignore[attr-defined]
+        with mock.patch.object(a2a, "A2aAgentExecutor", wraps=upstream_executor) as executor:
             build_app(ScriptedModel())
         runner = executor.call_args.kwargs["runner"]()
     else:
-        runner = a2a.Runner(app_name="helper", agent=agent, session_service=InMemorySessionService())
+        sessions = InMemorySessionService()  # type: ignore[no-untyped-call]  # google-adk's __init__ has no "-> None"
+        runner = a2a.Runner(app_name="helper", agent=agent, session_service=sessions)  # type: ignore[attr-defined]
     assert runner.memory_service is runtime.service
     assert isinstance(runner.memory_service, GovernedMemoryService)
 
 
 async def test_semantic_erasure_and_offboarding_leave_conversations_alone(
     runtime: Runtime, controller: FakeController, store: Store, bridge: Bridge
-):
+) -> None:
     """R30: off, forget-all and offboard touch governed memory only, never the agent's kagent sessions."""
     app = build_app(
         ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": "likes tea"})]), local=False

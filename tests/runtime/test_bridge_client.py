@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import logging
 import uuid
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -36,7 +37,7 @@ def subject() -> Subject:
 
 
 @pytest.fixture
-async def memory(runtime: Runtime, governed_signer: ScopeSigner):
+async def memory(runtime: Runtime, governed_signer: ScopeSigner) -> AsyncIterator[AsyncControlClient]:
     model = ScriptedModel().script(on_user=lambda text: [("save_memory", {"content": FACT})])
     app = build_app(model)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
@@ -119,11 +120,11 @@ def test_a_signer_refuses_lifetimes_past_the_contract() -> None:
 
 async def test_nothing_the_client_logs_holds_a_token_or_a_fact(
     memory: AsyncControlClient, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     tokens: list[str] = []
     mint = ScopeSigner._sign
 
-    def recording(self, audience, claims):
+    def recording(self: ScopeSigner, audience: str, claims: dict[str, Any]) -> str:
         tokens.append(mint(self, audience, claims))
         return tokens[-1]
 

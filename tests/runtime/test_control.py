@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -17,6 +17,7 @@ from support import facts
 
 from kagent_memory_governed import clock, control
 from kagent_memory_governed.assertion import verify
+from kagent_memory_governed.contract import MAX_BODY_BYTES
 from kagent_memory_governed.errors import GovernedMemoryError
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import Store
@@ -40,26 +41,28 @@ async def client(runtime: Runtime, store: Store, bridge: Bridge) -> AsyncIterato
         yield http
 
 
-def auth(bridge: Bridge, op: str, purpose: str | None = None, **claims) -> dict[str, str]:
+def auth(bridge: Bridge, op: str, purpose: str | None = None, **claims: Any) -> dict[str, str]:
     """A fresh token for one operation (``op``), signed now; ``purpose`` defaults to the one ``op`` needs."""
     purpose = purpose or ("offboard" if op == "offboard" else "control")
     return {"Authorization": f"Bearer {bridge.sign(time.time(), purpose, op=op, **claims)}"}
 
 
-async def consent(client: httpx.AsyncClient, bridge: Bridge, **claims) -> int:
+async def consent(client: httpx.AsyncClient, bridge: Bridge, **claims: Any) -> int:
     answer = await client.post(
         "/memory/v1/consent",
         json={"purpose": "assist", "policy_version": "v1"},
         headers=auth(bridge, "consent", **claims),
     )
     assert answer.status_code == 200, answer.text
-    return answer.json()["generation"]
+    generation: int = answer.json()["generation"]
+    return generation
 
 
-async def remember(store: Store, bridge: Bridge, generation: int, *texts: str, **claims) -> list[uuid.UUID]:
+async def remember(store: Store, bridge: Bridge, generation: int, *texts: str, **claims: Any) -> list[uuid.UUID]:
     key = verify(
         bridge.sign(time.time(), **claims), bridge.trust(), now=clock.now(), user_id=claims.get("sub", ALICE)
     ).key
+    assert key is not None  # only an offboarding token names no scope
     return await store.write(key, generation, facts(*texts))
 
 
@@ -122,7 +125,9 @@ async def test_consent_status_inspect_forget_off_and_offboard(
         ({"Authorization": "Bearer not.a.token"}, "bad_assertion"),
     ],
 )
-async def test_missing_or_malformed_tokens_are_401(client: httpx.AsyncClient, headers: dict, code: str) -> None:
+async def test_missing_or_malformed_tokens_are_401(
+    client: httpx.AsyncClient, headers: dict[str, str], code: str
+) -> None:
     answer = await client.get("/memory/v1/status", headers=headers)
     assert (answer.status_code, answer.json()) == (401, {"error": code})
 
@@ -139,7 +144,7 @@ async def test_missing_or_malformed_tokens_are_401(client: httpx.AsyncClient, he
     ],
 )
 async def test_tokens_for_another_purpose_agent_time_or_principal_are_refused(
-    client: httpx.AsyncClient, bridge: Bridge, purpose: str, claims: dict, status: int, code: str
+    client: httpx.AsyncClient, bridge: Bridge, purpose: str, claims: dict[str, Any], status: int, code: str
 ) -> None:
     answer = await client.get("/memory/v1/status", headers=auth(bridge, "status", purpose, **claims))
     assert (answer.status_code, answer.json()) == (status, {"error": code})
@@ -194,7 +199,7 @@ async def test_a_destructive_token_is_accepted_once(client: httpx.AsyncClient, s
     "body", [{}, {"confirm": False}, {"confirm": "true"}, {"confirm": 1}, {"confirm": None}, {"confirm": [True]}]
 )
 async def test_missing_confirmation_is_422_and_nothing_changes(
-    client: httpx.AsyncClient, store: Store, bridge: Bridge, path, body
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, path: str, body: dict[str, object]
 ) -> None:
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "keep me")
@@ -209,7 +214,7 @@ async def test_missing_confirmation_is_422_and_nothing_changes(
     "body", [b'{"confirm": true, "x": 1}', b'{"confirm": false, "x": 1}', b'{"x": 1}', b"[]", b"true", b"", b"{"]
 )
 async def test_a_body_other_than_a_confirmation_object_is_bad_input(
-    client: httpx.AsyncClient, store: Store, bridge: Bridge, path, body
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, path: str, body: bytes
 ) -> None:
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "keep me")
@@ -241,7 +246,7 @@ async def test_bad_page_queries_are_422(client: httpx.AsyncClient, bridge: Bridg
     ("query", "listed"), [("limit=05", 3), ("limit=050", 3), ("limit=1", 1), ("limit=50", 3), ("", 3)]
 )
 async def test_a_limit_of_one_to_three_ascii_digits_is_accepted(
-    client: httpx.AsyncClient, store: Store, bridge: Bridge, query, listed
+    client: httpx.AsyncClient, store: Store, bridge: Bridge, query: str, listed: int
 ) -> None:
     generation = await consent(client, bridge)
     await remember(store, bridge, generation, "one", "two", "three")
@@ -344,9 +349,10 @@ async def test_another_algorithm_is_refused(client: httpx.AsyncClient, bridge: B
 
 async def test_saves_racing_an_off_call_never_land_afterwards(
     client: httpx.AsyncClient, store: Store, bridge: Bridge, sql: asyncpg.Connection
-):
+) -> None:
     generation = await consent(client, bridge)
     key = verify(bridge.sign(time.time(), gen=generation), bridge.trust(), now=clock.now(), user_id=ALICE).key
+    assert key is not None
 
     async def save(n: int) -> None:
         try:
@@ -358,7 +364,9 @@ async def test_saves_racing_an_off_call_never_land_afterwards(
         return await client.post("/memory/v1/off", json={"confirm": True}, headers=auth(bridge, "off"))
 
     results = await asyncio.gather(*(save(n) for n in range(10)), off(), *(save(n) for n in range(10, 20)))
-    assert results[10].json()["verified"] is True
+    answer = results[10]
+    assert isinstance(answer, httpx.Response)
+    assert answer.json()["verified"] is True
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 0
     await save(99)
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 0
@@ -393,7 +401,9 @@ CALLS = {
 }
 
 
-async def call(client: httpx.AsyncClient, operation: str, headers: dict[str, str], entry: object = None):
+async def call(
+    client: httpx.AsyncClient, operation: str, headers: dict[str, str], entry: object = None
+) -> httpx.Response:
     method, path, body = CALLS[operation]
     return await client.request(method, path.replace("{id}", str(entry)), json=body, headers=headers)
 
@@ -443,7 +453,7 @@ async def test_a_token_is_accepted_for_the_operation_it_names_only(
 
 @pytest.mark.parametrize("claims", [{"op": ...}, {"op": "STATUS"}, {"op": ["status"]}, {"op": None}, {"op": ""}])
 async def test_a_control_token_without_its_operation_is_refused(
-    client: httpx.AsyncClient, bridge: Bridge, claims: dict
+    client: httpx.AsyncClient, bridge: Bridge, claims: dict[str, Any]
 ) -> None:
     token = bridge.sign(time.time(), "control", **claims)
     answer = await client.get("/memory/v1/status", headers={"Authorization": f"Bearer {token}"})
@@ -502,8 +512,8 @@ def _rss_kib(field: str) -> int:
 
 @pytest.mark.parametrize("with_token", [True, False])
 async def test_a_100_mb_body_is_refused_while_it_streams_and_memory_stays_flat(
-    client: httpx.AsyncClient, bridge: Bridge, with_token
-):
+    client: httpx.AsyncClient, bridge: Bridge, with_token: bool
+) -> None:
     chunk, total, sent = b"x" * 65536, 100 * 2**20, 0
 
     async def hundred_megabytes() -> AsyncIterator[bytes]:
@@ -527,10 +537,10 @@ async def test_a_100_mb_body_is_refused_while_it_streams_and_memory_stays_flat(
 @pytest.mark.parametrize("operation", [*OPERATIONS, "unknown"])
 async def test_a_body_over_one_kib_is_413_on_every_route(
     client: httpx.AsyncClient, bridge: Bridge, operation: str, with_token: bool, streamed: bool
-):
+) -> None:
     method, path, _ = CALLS.get(operation, ("POST", "/memory/v1/unknown", None))
     raw = b'{"confirm": true, "padding": "' + b"x" * 1000 + b'"}'
-    assert len(raw) > control.MAX_BODY_BYTES
+    assert len(raw) > MAX_BODY_BYTES
 
     async def stream() -> AsyncIterator[bytes]:
         yield raw

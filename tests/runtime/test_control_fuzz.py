@@ -6,7 +6,7 @@ import json
 import re
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote
 
 import httpx
@@ -25,9 +25,11 @@ if TYPE_CHECKING:
 CODES = {reason.value for reason in Reason} | {"internal_error"}
 # the contract's own table: a route's answer has exactly its model's members (docs/bridge.md states the same
 # calls for people; tests/core/test_docs.py holds the two together)
-ROUTES = [(call.method, call.route) for call in CALLS.values()]
-ANSWERS = {(call.method, call.route): set(call.answer.model_fields) for call in CALLS.values()}
-OPERATIONS = {(call.method, call.route): call.op.value for call in CALLS.values()}
+ROUTES: list[tuple[str, str]] = [(call.method, call.route) for call in CALLS.values()]
+ANSWERS: dict[tuple[str, str], set[str]] = {
+    (call.method, call.route): set(call.answer.model_fields) for call in CALLS.values()
+}
+OPERATIONS: dict[tuple[str, str], str] = {(call.method, call.route): call.op.value for call in CALLS.values()}
 
 junk = st.one_of(st.text(max_size=200), st.binary(max_size=200).map(lambda b: b.decode("latin-1")))
 json_values = st.recursive(
@@ -77,7 +79,7 @@ def check(answer: httpx.Response, route: tuple[str, str]) -> None:
     entry_id=junk,
 )
 async def test_unauthenticated_junk_is_refused_with_a_code(
-    client: httpx.AsyncClient, route, authorization, body, query, entry_id
+    client: httpx.AsyncClient, route: tuple[str, str], authorization: str | None, body: str, query: str, entry_id: str
 ) -> None:
     method, path = route
     path = path.replace("{entry_id}", quote(entry_id, safe="") or "x")
@@ -101,7 +103,13 @@ async def test_unauthenticated_junk_is_refused_with_a_code(
     cursor=st.one_of(st.none(), junk),
 )
 async def test_signed_tokens_with_hostile_claims_and_bodies_get_contract_answers(
-    client: httpx.AsyncClient, bridge: Bridge, route, changes, body, limit, cursor
+    client: httpx.AsyncClient,
+    bridge: Bridge,
+    route: tuple[str, str],
+    changes: dict[str, Any],
+    body: str,
+    limit: str | None,
+    cursor: str | None,
 ) -> None:
     method, path = route
     purpose = "offboard" if path.endswith("offboard") else "control"
@@ -136,7 +144,7 @@ def _strict_json(raw: bytes) -> bool:
     return True
 
 
-def expected(path: str, raw: bytes, members: dict) -> int | str:
+def expected(path: str, raw: bytes, members: dict[str, object]) -> int | str:
     """The contract's rule for a JSON object body, written out independently of the models that apply it."""
     if len(raw) > MAX_BODY_BYTES:
         return "body_too_large"
@@ -160,7 +168,7 @@ def expected(path: str, raw: bytes, members: dict) -> int | str:
     ),
 )
 async def test_an_object_body_gets_the_answer_the_contract_gives_it(
-    client: httpx.AsyncClient, bridge: Bridge, route, members
+    client: httpx.AsyncClient, bridge: Bridge, route: tuple[str, str], members: dict[str, object]
 ) -> None:
     method, path = route
     purpose = "offboard" if path.endswith("offboard") else "control"

@@ -7,7 +7,7 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import httpx
@@ -40,7 +40,7 @@ BOB = f"@bob:{HOMESERVER}"
 TEA = "Please remember that my favourite tea is a smoky lapsang souchong."
 
 
-def remember_and_recall(text: str) -> list[tuple[str, dict]]:
+def remember_and_recall(text: str) -> list[tuple[str, dict[str, str]]]:
     """The scripted model: 'remember ...' -> save_memory; a question -> load_memory."""
     if text.startswith("Please remember"):
         return [("save_memory", {"content": text.removeprefix("Please remember that ")})]
@@ -60,22 +60,23 @@ def model(embedder: CountingEmbedder) -> ScriptedModel:
 async def agent(runtime: Runtime, model: ScriptedModel) -> AsyncIterator[A2AClient]:
     app = build_app(model)
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
-        http.app = app
         yield A2AClient(http)
     await runtime.service.drain()
 
 
-def scope(bridge: Bridge, **claims) -> str:
+def scope(bridge: Bridge, **claims: Any) -> str:
     return bridge.sign(time.time(), **claims)
 
 
-async def consent(store: Store, bridge: Bridge, **claims) -> int:
+async def consent(store: Store, bridge: Bridge, **claims: Any) -> int:
     key = verify(scope(bridge, **claims), bridge.trust(), now=now(), user_id=claims.get("sub", ALICE)).key
+    assert key is not None  # only an offboarding token names no scope
     return (await store.grant(key, purpose="assist", policy_version="v1")).generation
 
 
-async def entries(store: Store, bridge: Bridge, **claims) -> list[str]:
+async def entries(store: Store, bridge: Bridge, **claims: Any) -> list[str]:
     key = verify(scope(bridge, **claims), bridge.trust(), now=now(), user_id=claims.get("sub", ALICE)).key
+    assert key is not None
     return [entry.text for entry in (await store.inspect(key)).entries]
 
 
@@ -173,6 +174,7 @@ async def test_a_request_without_a_valid_matching_assertion_runs_memory_free(
     await consent(store, bridge)
     generation = await consent(store, bridge)  # generation 2: a gen=1 assertion is stale
     key = verify(scope(bridge, gen=generation), bridge.trust(), now=now(), user_id=ALICE).key
+    assert key is not None
     await store.write(key, generation, facts("my favourite tea is a smoky lapsang souchong"))
     embedder.calls = 0
     header, user = _variants(bridge)[variant]
@@ -196,7 +198,7 @@ async def test_a_withdrawal_during_an_in_flight_auto_save_leaves_nothing(
     bridge: Bridge,
     embedder: CountingEmbedder,
     sql: asyncpg.Connection,
-    held_at,
+    held_at: str,
 ) -> None:
     generation = await consent(store, bridge)
     gate = asyncio.Event()
@@ -215,6 +217,7 @@ async def test_a_withdrawal_during_an_in_flight_auto_save_leaves_nothing(
         in_flight = model.summarizing if held_at == "summarize" else embedder.embedding
         await asyncio.wait_for(in_flight.wait(), timeout=30)  # the auto-save is held at the gate
         key = verify(scope(bridge, gen=generation), bridge.trust(), now=now(), user_id=ALICE).key
+        assert key is not None
         off = await store.off(key)
         gate.set()
         await runtime.service.drain()
@@ -273,13 +276,14 @@ async def test_malformed_summarizer_output_is_dropped(
 
 async def test_a_prompt_to_ignore_the_rules_cannot_reach_another_scope(
     agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge
-):
+) -> None:
     await consent(store, bridge)
     bob_generation = await consent(store, bridge, sub=BOB)
     key = verify(scope(bridge, sub=BOB, gen=bob_generation), bridge.trust(), now=now(), user_id=BOB).key
+    assert key is not None
     await store.write(key, bob_generation, facts("bob's door code is SENTINEL-DOOR-4711"))
 
-    def hostile(text: str) -> list[tuple[str, dict]]:
+    def hostile(text: str) -> list[tuple[str, dict[str, str]]]:
         return [
             ("save_memory", {"content": "everyone's secret", "user_id": BOB, "scope": "global", "room": "!x:y"}),
             ("load_memory", {"query": "door code", "user_id": BOB, "agent": "kagent/other"}),
@@ -328,7 +332,8 @@ async def test_concurrent_requests_of_different_users_never_share_a_scope(
 
 
 async def _units(sql: asyncpg.Connection) -> int:
-    return await sql.fetchval("SELECT coalesce(sum(units), 0) FROM governed_memory.usage WHERE kind = 'hourly'")
+    units: int = await sql.fetchval("SELECT coalesce(sum(units), 0) FROM governed_memory.usage WHERE kind = 'hourly'")
+    return units
 
 
 async def test_a_prefetch_of_eight_subqueries_consumes_eight_units(
@@ -358,6 +363,7 @@ async def test_over_the_ceiling_memory_fails_closed_the_chat_still_runs_and_noth
 ) -> None:
     generation = await consent(store, bridge)
     key = verify(scope(bridge, gen=generation), bridge.trust(), now=now(), user_id=ALICE).key
+    assert key is not None
     await store.admit(key, generation, "prefetch", units=60)  # the hour is spent
     model.script(on_user=remember_and_recall, summary='["a fact"]')
     context = new_context()
