@@ -81,7 +81,7 @@ scopes = Table(
 )
 
 # Memory content, sealed: text and embedding are one ciphertext under a key of the entry's own, held in the key
-# store, never here (R42; store/sealing.py). ``plain_text`` and ``plain_embedding`` hold what an earlier version
+# store, never here (R42; store/entry_format.py). ``plain_text`` and ``plain_embedding`` hold what an earlier version
 # stored in plain text until ``migrate`` seals it (renamed by 0014, so that version's reads are refused). The scope
 # id leads the primary key so the table can be partitioned or distributed by scope (R35). Entries are immutable:
 # erasure is DELETE, only after the key's destruction (a trigger), and expiry never moves.

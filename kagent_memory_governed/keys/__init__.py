@@ -1,6 +1,6 @@
 """Where the keys of memory content live: outside the memory database, one keyring a scope (R42).
 
-Every entry is sealed under a key of its own (``store/sealing.py``): its text and its embedding are stored in
+Every entry is sealed under a key of its own (``store/entry_format.py``): its text and its embedding are stored in
 PostgreSQL only as authenticated ciphertext. The entry's key lives here, in the scope's keyring, never in the
 memory database nor in its WAL, replicas, dumps or backups. Erasing destroys keys: one entry's for ``forget``,
 every key written before the erasure's fence for ``forget-all``, ``off`` and ``offboard``, an expired entry's

@@ -31,7 +31,9 @@ the key store has destroyed the erased keys) one call of a procedure that delete
     grants         grant, status: a scope's consent as the store keeps it
     admission      cost admission, single-use control tokens
     data           write, search, inspect
-    sealing        entries sealed and opened, ranking in the process, keyrings kept per consent generation
+    entry_format   an entry sealed under its own key and opened (the stored format, its version)
+    ranking        the exact rank of opened entries, in the process
+    keyrings       the keyrings kept per consent generation
     turns          conversation turns for auto-save
     erasure        forget, forget_all, off, offboard: fence, destroy keys, delete, verify, settle; completing
                    interrupted ones
