@@ -8,6 +8,7 @@ counted), finds what exact search must find, and leaves no baseline schema behin
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -89,7 +90,9 @@ async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str)
     assert leftover == 0
 
 
-async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_one(database_url: str, tmp_path) -> None:
+async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_one(
+    database_url: str, tmp_path: Path
+) -> None:
     """Each arm loads and answers; recall stays exact on both sides. No assertion is about speed."""
     storage = benchmark("storage")
 
@@ -112,7 +115,7 @@ async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_on
     assert not any("search median <= 1.5x" in line for line in lines)
 
 
-async def test_the_data_plane_benchmark_runs_every_operation_on_every_arm(database_url: str, tmp_path) -> None:
+async def test_the_data_plane_benchmark_runs_every_operation_on_every_arm(database_url: str, tmp_path: Path) -> None:
     """Search, save and prefetch in-process, through a serve process and on one loop, then the call-by-call breakdown
     against a timed serve process. No assertion is about speed."""
     data_plane = benchmark("data_plane")
@@ -136,7 +139,7 @@ async def test_the_data_plane_benchmark_runs_every_operation_on_every_arm(databa
     json.dumps(result)
 
 
-async def test_the_turns_benchmark_does_memory_work_in_both_arms(database_url: str, tmp_path) -> None:
+async def test_the_turns_benchmark_does_memory_work_in_both_arms(database_url: str, tmp_path: Path) -> None:
     """Two users, one round of five-turn sessions, in-process and through a serve process: every enabled turn is
     recorded, every session prefetches and auto-saves, nothing is refused. No assertion is about speed."""
     turns = benchmark("turns")

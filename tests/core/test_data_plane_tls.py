@@ -47,7 +47,9 @@ def ca_file(tmp_path: Path, ca: tuple[ec.EllipticCurvePrivateKey, x509.Certifica
 LOOPBACK = x509.IPAddress(ipaddress.ip_address("127.0.0.1"))
 
 
-async def test_every_call_round_trips_over_tls_verified_against_the_ca(store: Store, bridge: Bridge, tmp_path: Path):
+async def test_every_call_round_trips_over_tls_verified_against_the_ca(
+    store: Store, bridge: Bridge, tmp_path: Path
+) -> None:
     ca = authority()
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -71,7 +73,7 @@ async def test_every_call_round_trips_over_tls_verified_against_the_ca(store: St
 @pytest.mark.parametrize("mismatch", ["another_ca", "another_name"])
 async def test_a_certificate_the_ca_file_does_not_vouch_for_is_service_unavailable(
     store: Store, bridge: Bridge, tmp_path: Path, mismatch: str
-):
+) -> None:
     ca = authority()
     names = [x509.DNSName("memory.example")] if mismatch == "another_name" else [LOOPBACK]
     trusted = ca_file(tmp_path, authority("another CA") if mismatch == "another_ca" else ca, "trusted.pem")

@@ -82,7 +82,7 @@ class _Unchanged(Exception):
     pass
 
 
-async def test_a_migrated_database_holds_exactly_the_source_of_every_function(fresh: str):
+async def test_a_migrated_database_holds_exactly_the_source_of_every_function(fresh: str) -> None:
     """Each source, run over the migrated database (and rolled back), changes no definition and adds none; and
     every function of the schema has a source."""
     installed = await migrated(fresh, "head")
@@ -106,7 +106,7 @@ async def test_a_migrated_database_holds_exactly_the_source_of_every_function(fr
 
 
 @pytest.mark.parametrize("revision", ["0012", "0011", "0009", "0008", "0007"])
-async def test_a_downgrade_restores_the_functions_that_revision_installed(fresh: str, revision: str):
+async def test_a_downgrade_restores_the_functions_that_revision_installed(fresh: str, revision: str) -> None:
     direct = await migrated(fresh, revision)
     conn = await asyncpg.connect(fresh.replace("postgresql+asyncpg://", "postgresql://"))
     try:
@@ -158,7 +158,7 @@ def _members(enum: type[StrEnum]) -> set[str]:
 
 
 @pytest.mark.parametrize("name", sorted(sources()))
-def test_every_code_in_the_sql_is_a_member_of_its_python_enum(name: str):
+def test_every_code_in_the_sql_is_a_member_of_its_python_enum(name: str) -> None:
     text = re.sub(r"--[^\n]*", "", sources()[name])
     checked: set[str] = set()
     for row in _ledger_rows(text):
@@ -182,7 +182,7 @@ def test_every_code_in_the_sql_is_a_member_of_its_python_enum(name: str):
     assert not unknown, f"{name}: literals that are no member of any code enum: {unknown}"
 
 
-def test_the_codes_checked_cover_every_kind_the_sql_uses():
+def test_the_codes_checked_cover_every_kind_the_sql_uses() -> None:
     """The checks above found ledger rows, refusals and erasure states (a parser that finds nothing checks nothing)."""
     text = "\n".join(sources().values())
     assert len(_ledger_rows(text)) >= 7

@@ -16,12 +16,12 @@ DEFINED = {
 
 
 @pytest.mark.parametrize("document", ["docs/operator.md", "docs/privacy.md", "docs/bridge.md", "README.md"])
-def test_every_test_a_document_cites_exists(document: str):
+def test_every_test_a_document_cites_exists(document: str) -> None:
     cited = set(re.findall(r"`(test_\w+)`", (ROOT / document).read_text()))
     assert cited - DEFINED == set()
 
 
-def test_the_bridge_guide_states_every_call_of_the_contract_as_the_code_has_it():
+def test_the_bridge_guide_states_every_call_of_the_contract_as_the_code_has_it() -> None:
     """docs/bridge.md is the contract for people; ``contract.CALLS`` is the one the server and client read."""
     from kagent_memory_governed.contract import CALLS
 

@@ -37,19 +37,19 @@ def _import(module: str) -> tuple[str, set[str]]:
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_a_client_loads_nothing_of_the_database_the_store_or_the_servers(client: str):
+def test_a_client_loads_nothing_of_the_database_the_store_or_the_servers(client: str) -> None:
     milliseconds, loaded = _import(client)
     print(f"{client}: {milliseconds} ms, {len(loaded)} modules")  # noqa: T201  the figures, not a bound
     assert sorted(name for name in loaded if DATABASE.match(name)) == []
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_a_client_loads_no_numpy(client: str):
+def test_a_client_loads_no_numpy(client: str) -> None:
     _, loaded = _import(client)
     assert sorted(name for name in loaded if re.match(r"numpy(\.|$)", name)) == []
 
 
-def test_the_package_itself_loads_only_its_errors():
+def test_the_package_itself_loads_only_its_errors() -> None:
     """Every other public name is imported when first asked for (``kagent_memory_governed.__getattr__``)."""
     _, loaded = _import("kagent_memory_governed")
     assert sorted(name for name in loaded if name.startswith("kagent_memory_governed")) == [
@@ -77,6 +77,6 @@ else:
 """
 
 
-def test_a_public_name_is_the_one_its_module_defines_once_asked_for():
+def test_a_public_name_is_the_one_its_module_defines_once_asked_for() -> None:
     """The names that need kagent-adk are tests/runtime/test_public_api.py's; this core test needs none of them."""
     subprocess.run([sys.executable, "-c", _PUBLIC], check=True, timeout=120)

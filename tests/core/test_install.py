@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 from packaging.requirements import Requirement
+from packaging.specifiers import SpecifierSet
 from packaging.utils import canonicalize_name
 
 from kagent_memory_governed.adk import upstream
@@ -29,17 +30,17 @@ PIP = f".venv/bin/python -m pip install -c locks/kagent-adk-{NEWEST}.txt"
 UV = f"uv pip install --python .venv/bin/python -c locks/kagent-adk-{NEWEST}.txt"
 
 
-def test_the_readme_installs_from_the_checkout_with_the_newest_lock_into_a_fresh_virtualenv():
+def test_the_readme_installs_from_the_checkout_with_the_newest_lock_into_a_fresh_virtualenv() -> None:
     assert install_lines("README.md") == [f"{PIP} .", f"{UV} ."]
     readme = (ROOT / "README.md").read_text()
     assert "python3 -m venv .venv" in readme and "uv venv .venv" in readme
 
 
-def test_docs_testing_installs_the_testing_extra_the_same_way():
+def test_docs_testing_installs_the_testing_extra_the_same_way() -> None:
     assert install_lines("docs/testing.md") == [f"{PIP} {TESTING_EXTRAS}", f"{UV} {TESTING_EXTRAS}"]
 
 
-def test_dev_example_runs_the_documented_lines_in_fresh_virtualenvs():
+def test_dev_example_runs_the_documented_lines_in_fresh_virtualenvs() -> None:
     """The uv line for every release, the pip line for the newest (./dev's example step, run by ./dev test)."""
     dev = (ROOT / "dev").read_text()
     step = re.sub(r"\s*\\\n\s*", " ", dev[dev.index("example() {") : dev.index("suite() {")])
@@ -57,7 +58,7 @@ def test_dev_example_runs_the_documented_lines_in_fresh_virtualenvs():
 
 
 def pins(lock: Path) -> dict[str, str]:
-    found = {}
+    found: dict[str, str] = {}
     for line in lock.read_text().splitlines():
         if line and not line.startswith("#"):
             name, version = line.split("==")
@@ -75,7 +76,7 @@ def declared() -> list[Requirement]:
 
 
 @pytest.mark.parametrize("release", LOCKS)
-def test_every_lock_pins_every_declared_dependency_within_its_bounds(release: str):
+def test_every_lock_pins_every_declared_dependency_within_its_bounds(release: str) -> None:
     pinned = pins(LOCKS[release])
     for requirement in declared():
         version = pinned.get(canonicalize_name(requirement.name))
@@ -83,8 +84,8 @@ def test_every_lock_pins_every_declared_dependency_within_its_bounds(release: st
         assert requirement.specifier.contains(version, prereleases=True), (release, str(requirement), version)
 
 
-def test_the_zero_x_lines_stay_below_a2a_sdk_1_and_google_adk_2():
-    bounds = {canonicalize_name(r.name): r.specifier for r in declared()}
+def test_the_zero_x_lines_stay_below_a2a_sdk_1_and_google_adk_2() -> None:
+    bounds: dict[str, SpecifierSet] = {canonicalize_name(r.name): r.specifier for r in declared()}
     assert not bounds["a2a-sdk"].contains("1.0.0") and bounds["a2a-sdk"].contains("0.3.26")
     assert not bounds["google-adk"].contains("2.0.0")
     assert not bounds["kagent-adk"].contains("0.11.0")

@@ -23,7 +23,7 @@ def _module(path: Path) -> str:
 
 def _imports(path: Path, *, eager_only: bool) -> set[str]:
     """The package modules ``path`` imports; ``eager_only``: at import time (not in functions or TYPE_CHECKING)."""
-    tree, found, here = ast.parse(path.read_text()), set(), _module(path)
+    tree, found, here = ast.parse(path.read_text()), set[str](), _module(path)
     package = here if path.name == "__init__.py" else here.rpartition(".")[0]
 
     def visit(node: ast.AST, eager: bool) -> None:
@@ -118,14 +118,14 @@ def _graph() -> dict[str, set[str]]:
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_each_module_imports_only_the_parts_below_its_own(name: str):
+def test_each_module_imports_only_the_parts_below_its_own(name: str) -> None:
     part = _part(name)
     allowed = ONLY.get(name, MAY_IMPORT[part] | {part})
     for imported in _graph()[name]:
         assert _part(imported) in allowed, f"{name} ({part}) imports {imported} ({_part(imported)})"
 
 
-def test_nothing_imports_in_a_circle():
+def test_nothing_imports_in_a_circle() -> None:
     graph, done = _graph(), set()
 
     def walk(name: str, trail: tuple[str, ...]) -> None:
@@ -139,7 +139,7 @@ def test_nothing_imports_in_a_circle():
         walk(name, ())
 
 
-def test_the_parts_form_no_circle_either():
+def test_the_parts_form_no_circle_either() -> None:
     for part, allowed in MAY_IMPORT.items():
         for other in allowed:
             assert part not in MAY_IMPORT[other], f"{part} and {other} may import each other"
@@ -168,10 +168,10 @@ def _loaded_with(name: str) -> set[str]:
 
 
 @pytest.mark.parametrize("client", CLIENTS)
-def test_the_clients_import_nothing_of_the_server_side(client: str):
+def test_the_clients_import_nothing_of_the_server_side(client: str) -> None:
     assert sorted(name for name in _loaded_with(client) if SERVER_SIDE.match(name)) == []
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
-def test_no_module_outgrows_a_reader(name: str):
+def test_no_module_outgrows_a_reader(name: str) -> None:
     assert len(MODULES[name].read_text().splitlines()) <= 360

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 from support import benchmark
 
+from kagent_memory_governed.store import Store
+
 race = benchmark("race")
 
 
-async def test_a_small_race_run_keeps_every_invariant(database_url: str, store):
+async def test_a_small_race_run_keeps_every_invariant(database_url: str, store: Store) -> None:
     result = await race.run(database_url, trials=60, seed=11)
     assert result["violations"] == 0, result["violation_kinds"]
     outcomes = result["outcomes"]

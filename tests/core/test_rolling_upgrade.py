@@ -139,7 +139,7 @@ async def _keys(directory: Path, scope_ids: set[str]) -> set[str]:
 
 async def test_a_rolling_upgrade_loses_nothing_brings_back_no_erased_entry_and_completes_old_erasures(
     release: str, shared: str
-):
+) -> None:
     expected = RELEASES[release]
     directory = key_store_of(shared)
     env = {URL: shared, KEY_STORE: f"file://{directory}"}  # the old release knowing keys uses the same key store
@@ -233,7 +233,9 @@ def _owners(written: dict[str, Any], ids: dict[str, dict[str, str]]) -> dict[str
     return {entry: written[name]["scope_id"] for name, entries in ids.items() for entry in entries.values()}
 
 
-async def test_a_downgrade_below_sealing_with_sealed_entries_is_refused_in_one_line_and_changes_nothing(shared: str):
+async def test_a_downgrade_below_sealing_with_sealed_entries_is_refused_in_one_line_and_changes_nothing(
+    shared: str,
+) -> None:
     """Before, ``migrate --to 0008`` over sealed entries failed like a defect: ``failed: internal_error
     (RuntimeError)``."""
     store = Store.connect(shared, Policy(), keys=keys_of(shared))

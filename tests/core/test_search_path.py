@@ -59,7 +59,7 @@ async def migrate(url: str) -> None:
         await migrating.close()
 
 
-async def test_every_function_runs_with_a_pinned_search_path(store: Store, sql: asyncpg.Connection):
+async def test_every_function_runs_with_a_pinned_search_path(store: Store, sql: asyncpg.Connection) -> None:
     routines = await sql.fetch(
         "SELECT proname, prokind::text, proconfig, prosrc FROM pg_proc"
         " WHERE pronamespace = 'governed_memory'::regnamespace"
@@ -131,7 +131,7 @@ GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA governed_memory TO 
 """
 
 
-async def test_a_schema_planted_ahead_in_the_search_path_captures_no_call(fresh: Database):
+async def test_a_schema_planted_ahead_in_the_search_path_captures_no_call(fresh: Database) -> None:
     app, mallory = f"{fresh.name}_app", f"{fresh.name}_mallory"
     await migrate(fresh.url)
     owner = await asyncpg.connect(_plain(fresh.url))
@@ -181,7 +181,7 @@ async def test_a_schema_planted_ahead_in_the_search_path_captures_no_call(fresh:
         await planted.close()
 
 
-async def test_pgvector_installed_in_another_schema_is_named_by_that_schema(fresh: Database):
+async def test_pgvector_installed_in_another_schema_is_named_by_that_schema(fresh: Database) -> None:
     """Installed by a database owner in a schema of its own, on the search path while migrating (as managed
     services put an ``extensions`` schema there); the store then works without it on the path."""
     owner = await asyncpg.connect(_plain(fresh.url))

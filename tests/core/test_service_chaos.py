@@ -17,7 +17,7 @@ from support import benchmark, private_directory
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
 
-async def test_a_service_replica_killed_mid_write_and_mid_erasure_keeps_every_invariant():
+async def test_a_service_replica_killed_mid_write_and_mid_erasure_keeps_every_invariant() -> None:
     bench = benchmark("service_chaos")
     rng = random.Random(35)
     with bench.chaos.watching_logs() as watch:

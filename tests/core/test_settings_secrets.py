@@ -32,7 +32,7 @@ def _shown(*objects: object) -> str:
     return "\n".join(text for o in objects for text in (repr(o), str(o), f"{o!r:>10}"))
 
 
-def test_the_settings_show_neither_the_database_password_nor_the_key_store_token(secret_environment: str):
+def test_the_settings_show_neither_the_database_password_nor_the_key_store_token(secret_environment: str) -> None:
     settings = Settings.load()
     shown = _shown(settings, Settings(), settings.model_copy())
     assert "SENTINEL" not in shown
@@ -40,7 +40,7 @@ def test_the_settings_show_neither_the_database_password_nor_the_key_store_token
     assert "key_store_token=SecretStr('**********')" in repr(settings)
 
 
-def test_every_consumer_still_reads_the_values(secret_environment: str):
+def test_every_consumer_still_reads_the_values(secret_environment: str) -> None:
     settings = Settings.load()
     assert embedded.database_url(settings) == secret_environment  # what Store.connect is given
     assert embedded.describe(settings) == "db.example:6432/memories"
@@ -48,13 +48,13 @@ def test_every_consumer_still_reads_the_values(secret_environment: str):
     assert isinstance(store, keys.OpenBaoKeyStore)
 
 
-def test_the_store_built_from_the_settings_shows_neither(secret_environment: str):
+def test_the_store_built_from_the_settings_shows_neither(secret_environment: str) -> None:
     settings = Settings.load()
     store = Store.connect(embedded.database_url(settings), Policy(), keys=embedded.key_store(settings))
     assert "SENTINEL" not in _shown(store, store.key_store, store._db, store._engine, store._engine.url)
 
 
-def test_the_database_url_is_still_checked_and_refused_without_its_value(monkeypatch: pytest.MonkeyPatch):
+def test_the_database_url_is_still_checked_and_refused_without_its_value(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KAGENT_GOVERNED_MEMORY_DATABASE_URL", f"postgres://app:{PASSWORD}@db/kagent")
     with pytest.raises(ConfigurationError) as refused:
         mode.load()  # the door checks it, as the store will parse it

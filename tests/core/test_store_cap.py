@@ -24,14 +24,16 @@ async def _fill(store: Store, key: ScopeKey, count: int) -> int:
     return grant.generation
 
 
-async def test_the_101st_write_is_refused_and_nothing_is_evicted(store: Store, key: ScopeKey, sql):
+async def test_the_101st_write_is_refused_and_nothing_is_evicted(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     generation = await _fill(store, key, 100)
     before = await sql.fetch("SELECT entry_id FROM governed_memory.entries ORDER BY entry_id")
     assert await refusal(store.write(key, generation, facts("one more"))) is Reason.ENTRY_CAP_REACHED
     assert await sql.fetch("SELECT entry_id FROM governed_memory.entries ORDER BY entry_id") == before
 
 
-async def test_a_batch_past_the_cap_is_refused_whole(store: Store, key: ScopeKey):
+async def test_a_batch_past_the_cap_is_refused_whole(store: Store, key: ScopeKey) -> None:
     generation = await _fill(store, key, 95)
     assert await refusal(store.write(key, generation, facts(*"abcdef"))) is Reason.ENTRY_CAP_REACHED
     assert (await store.status(key)).entries == 95
@@ -39,7 +41,9 @@ async def test_a_batch_past_the_cap_is_refused_whole(store: Store, key: ScopeKey
     assert (await store.status(key)).entries == 100
 
 
-async def test_twenty_writers_racing_for_the_last_slots_never_pass_the_cap(store: Store, key: ScopeKey, sql):
+async def test_twenty_writers_racing_for_the_last_slots_never_pass_the_cap(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     generation = await _fill(store, key, 95)
 
     async def writer(n: int) -> str:
@@ -54,7 +58,7 @@ async def test_twenty_writers_racing_for_the_last_slots_never_pass_the_cap(store
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries WHERE scope_id = $1", key.scope_id) == 100
 
 
-async def test_expired_entries_do_not_hold_slots(store: Store, key: ScopeKey):
+async def test_expired_entries_do_not_hold_slots(store: Store, key: ScopeKey) -> None:
     t0 = datetime(2026, 2, 1, tzinfo=UTC)
     with freeze_time(t0, real_asyncio=True) as frozen:
         grant = await store.grant(key, purpose="assist", policy_version="v1")
@@ -64,7 +68,7 @@ async def test_expired_entries_do_not_hold_slots(store: Store, key: ScopeKey):
         await store.write(key, grant.generation, facts("x"))
 
 
-async def test_a_lowered_cap_is_enforced(database_url: str, key_store: KeyStore, key: ScopeKey):
+async def test_a_lowered_cap_is_enforced(database_url: str, key_store: KeyStore, key: ScopeKey) -> None:
     lowered = Store.connect(database_url, Policy(entry_cap=3), keys=key_store)
     try:
         grant = await lowered.grant(key, purpose="assist", policy_version="v1")
@@ -78,7 +82,7 @@ async def test_a_lowered_cap_is_enforced(database_url: str, key_store: KeyStore,
 
 async def test_a_cap_lowered_after_consent_applies_and_one_raised_after_consent_does_not(
     database_url: str, store: Store, key: ScopeKey
-):
+) -> None:
     lowered = Store.connect(database_url, Policy(entry_cap=2), keys=store.key_store)
     try:
         grant = await lowered.grant(key, purpose="assist", policy_version="v1")
@@ -91,14 +95,14 @@ async def test_a_cap_lowered_after_consent_applies_and_one_raised_after_consent_
 
 
 @pytest.mark.parametrize("fact", ["a" * 513, "é" * 256 + "a", "€" * 171])
-async def test_a_fact_of_513_bytes_is_refused(store: Store, key: ScopeKey, fact: str):
+async def test_a_fact_of_513_bytes_is_refused(store: Store, key: ScopeKey, fact: str) -> None:
     grant = await store.grant(key, purpose="assist", policy_version="v1")
     assert await refusal(store.write(key, grant.generation, facts("fine", fact))) is Reason.FACT_TOO_LARGE
     assert (await store.status(key)).entries == 0
     await store.write(key, grant.generation, facts("é" * 256))  # exactly 512 bytes
 
 
-async def test_the_database_refuses_a_513_byte_fact(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_the_database_refuses_a_513_byte_fact(store: Store, key: ScopeKey, sql: asyncpg.Connection) -> None:
     """Sealed, a fact's size still shows: nonce, length, text, 768 single-precision values and tag."""
     await store.grant(key, purpose="assist", policy_version="v1")
     insert = (

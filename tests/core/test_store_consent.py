@@ -17,7 +17,9 @@ from kagent_memory_governed.testing import embed
 SENTINEL = "SENTINEL-7d1f-the-user-secretly-hates-mondays"
 
 
-async def test_nothing_can_be_written_or_read_before_consent(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_nothing_can_be_written_or_read_before_consent(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     assert await refusal(store.write(key, 1, facts("likes tea"))) is Reason.CONSENT_MISSING
     assert await refusal(store.search(key, 1, embed("tea"))) is Reason.CONSENT_MISSING
     assert (await store.inspect(key)).entries == []
@@ -26,7 +28,7 @@ async def test_nothing_can_be_written_or_read_before_consent(store: Store, key: 
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries") == 0
 
 
-async def test_every_grant_advances_the_generation(store: Store, key: ScopeKey):
+async def test_every_grant_advances_the_generation(store: Store, key: ScopeKey) -> None:
     first = await store.grant(key, purpose="assist", policy_version="v1")
     second = await store.grant(key, purpose="assist", policy_version="v2")
     assert (first.generation, second.generation) == (1, 2)
@@ -35,7 +37,9 @@ async def test_every_grant_advances_the_generation(store: Store, key: ScopeKey):
     assert await refusal(store.write(key, 1, facts("old"))) is Reason.CONSENT_STALE
 
 
-async def test_after_withdrawal_every_read_and_write_under_the_old_generation_is_refused(store: Store, key: ScopeKey):
+async def test_after_withdrawal_every_read_and_write_under_the_old_generation_is_refused(
+    store: Store, key: ScopeKey
+) -> None:
     grant = await store.grant(key, purpose="assist", policy_version="v1")
     await store.write(key, grant.generation, facts("likes tea"))
     off = await store.off(key)
@@ -50,7 +54,7 @@ async def test_after_withdrawal_every_read_and_write_under_the_old_generation_is
     assert await store.search(key, regrant.generation, embed("tea")) == []  # the old fact is gone
 
 
-async def test_consent_with_an_end_expires_at_that_instant(store: Store, key: ScopeKey):
+async def test_consent_with_an_end_expires_at_that_instant(store: Store, key: ScopeKey) -> None:
     start = datetime(2026, 3, 1, 12, tzinfo=UTC)
     with freeze_time(start, real_asyncio=True) as frozen:
         grant = await store.grant(key, purpose="assist", policy_version="v1", valid_until=start + timedelta(hours=1))
@@ -60,7 +64,7 @@ async def test_consent_with_an_end_expires_at_that_instant(store: Store, key: Sc
         assert await refusal(store.write(key, grant.generation, facts("x"))) is Reason.CONSENT_EXPIRED
 
 
-async def test_bad_consent_labels_are_refused_and_nothing_is_enabled(store: Store, key: ScopeKey):
+async def test_bad_consent_labels_are_refused_and_nothing_is_enabled(store: Store, key: ScopeKey) -> None:
     assert await refusal(store.grant(key, purpose="has spaces", policy_version="v1")) is Reason.BAD_INPUT
     assert await refusal(store.grant(key, purpose="assist", policy_version="")) is Reason.BAD_INPUT
     naive = datetime(2030, 1, 1)
@@ -68,7 +72,7 @@ async def test_bad_consent_labels_are_refused_and_nothing_is_enabled(store: Stor
     assert (await store.status(key)).enabled is False
 
 
-async def test_bad_data_plane_input_is_refused_before_the_database(store: Store, key: ScopeKey):
+async def test_bad_data_plane_input_is_refused_before_the_database(store: Store, key: ScopeKey) -> None:
     grant = await store.grant(key, purpose="assist", policy_version="v1")
     g = grant.generation
     assert await refusal(store.write(key, 0, facts("x"))) is Reason.BAD_INPUT
@@ -85,7 +89,7 @@ async def test_bad_data_plane_input_is_refused_before_the_database(store: Store,
 
 async def test_the_ledger_records_every_operation_and_holds_no_content(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     grant = await store.grant(key, purpose="assist", policy_version="v1")
     [entry] = await store.write(key, grant.generation, facts(SENTINEL))
     await store.search(key, grant.generation, embed(SENTINEL))
@@ -108,7 +112,7 @@ async def test_the_ledger_records_every_operation_and_holds_no_content(
     assert str(entry) in dump and str(forgotten.generation) in dump
 
 
-async def test_the_ledger_refuses_free_text_at_the_database(sql: asyncpg.Connection, store: Store):
+async def test_the_ledger_refuses_free_text_at_the_database(sql: asyncpg.Connection, store: Store) -> None:
     free_text = "user said: I hate mondays"
     with pytest.raises(asyncpg.CheckViolationError):
         await sql.execute(
@@ -121,7 +125,7 @@ async def test_the_ledger_refuses_free_text_at_the_database(sql: asyncpg.Connect
         )
 
 
-async def test_a_token_id_is_claimed_once_and_no_sweep_frees_it_while_the_token_may_be_spent(store: Store):
+async def test_a_token_id_is_claimed_once_and_no_sweep_frees_it_while_the_token_may_be_spent(store: Store) -> None:
     valid_until = datetime.now(UTC) + timedelta(minutes=5)  # on the database's clock, which no test freezes
     await store.claim_once("jti-1", valid_until)
     assert await refusal(store.claim_once("jti-1", valid_until)) is Reason.ASSERTION_REPLAYED

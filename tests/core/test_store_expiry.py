@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -18,7 +19,7 @@ from kagent_memory_governed.testing import embed
 T0 = datetime(2026, 5, 4, 9, 30, tzinfo=UTC)
 
 
-async def test_an_entry_is_unreadable_from_the_instant_it_expires(store: Store, key: ScopeKey):
+async def test_an_entry_is_unreadable_from_the_instant_it_expires(store: Store, key: ScopeKey) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         grant = await store.grant(key, purpose="assist", policy_version="v1")
         [short] = await store.write(key, grant.generation, facts("parks at level two"), expires_in=60)
@@ -35,7 +36,7 @@ async def test_an_entry_is_unreadable_from_the_instant_it_expires(store: Store, 
         assert (await store.status(key)).entries == 1
 
 
-async def test_reading_never_extends_expiry(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_reading_never_extends_expiry(store: Store, key: ScopeKey, sql: asyncpg.Connection) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         grant = await store.grant(key, purpose="assist", policy_version="v1")
         [entry] = await store.write(key, grant.generation, facts("likes tea"))
@@ -48,7 +49,7 @@ async def test_reading_never_extends_expiry(store: Store, key: ScopeKey, sql: as
         assert await store.search(key, grant.generation, embed("tea")) == []
 
 
-async def test_expires_at_cannot_be_changed_in_sql(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_expires_at_cannot_be_changed_in_sql(store: Store, key: ScopeKey, sql: asyncpg.Connection) -> None:
     grant = await store.grant(key, purpose="assist", policy_version="v1")
     [entry] = await store.write(key, grant.generation, facts("likes tea"), expires_in=60)
     for statement in (
@@ -60,7 +61,9 @@ async def test_expires_at_cannot_be_changed_in_sql(store: Store, key: ScopeKey, 
             await sql.execute(statement, entry)
 
 
-async def test_the_database_refuses_expiry_beyond_seven_days(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_the_database_refuses_expiry_beyond_seven_days(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     await store.grant(key, purpose="assist", policy_version="v1")
     with pytest.raises(asyncpg.CheckViolationError, match="entries_expiry_ceiling"):
         await sql.execute(
@@ -72,8 +75,8 @@ async def test_the_database_refuses_expiry_beyond_seven_days(store: Store, key: 
 
 
 async def test_requested_expiry_is_capped_by_policy_and_consent(
-    database_url: str, key_store: KeyStore, key: ScopeKey, sql
-):
+    database_url: str, key_store: KeyStore, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     lowered = Store.connect(database_url, Policy(max_expiry_seconds=3600), keys=key_store)
     try:
         with freeze_time(T0, real_asyncio=True):
@@ -88,8 +91,8 @@ async def test_requested_expiry_is_capped_by_policy_and_consent(
 
 
 async def test_sweep_deletes_expired_rows_physically_and_keeps_live_ones(
-    store: Store, new_key, sql: asyncpg.Connection
-):
+    store: Store, new_key: Callable[..., ScopeKey], sql: asyncpg.Connection
+) -> None:
     keys = [new_key(), new_key("bob")]
     with freeze_time(T0, real_asyncio=True) as frozen:
         for key in keys:
@@ -104,7 +107,7 @@ async def test_sweep_deletes_expired_rows_physically_and_keeps_live_ones(
 
 async def test_sweep_prunes_ledger_records_past_their_retention_and_keeps_the_last_erasure(
     store: Store, key: ScopeKey, database_url: str, sql: asyncpg.Connection
-):
+) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         grant = await store.grant(key, purpose="assist", policy_version="v1")
         [entry] = await store.write(key, grant.generation, facts("likes tea"))

@@ -4,6 +4,7 @@ generation they were admitted under; a fact equal to a live entry is never store
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from datetime import timedelta
 
 import asyncpg
@@ -20,7 +21,9 @@ async def _grant(store: Store, key: ScopeKey) -> int:
     return (await store.grant(key, purpose="assist", policy_version="v1")).generation
 
 
-async def test_a_turn_is_recorded_only_under_the_current_consent(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_a_turn_is_recorded_only_under_the_current_consent(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     assert await store.record_turn(key, 1, "session", "before-consent", recalled=False) == 0
     generation = await _grant(store, key)
     assert await store.record_turn(key, generation + 1, "session", "stale", recalled=False) == 0
@@ -34,7 +37,7 @@ async def test_a_turn_is_recorded_only_under_the_current_consent(store: Store, k
     assert not any("session" in str(value) or "one" == value for row in rows for value in row.values())
 
 
-async def test_turns_are_collected_once_and_only_those_asked_for(store: Store, key: ScopeKey):
+async def test_turns_are_collected_once_and_only_those_asked_for(store: Store, key: ScopeKey) -> None:
     generation = await _grant(store, key)
     for invocation in ("a", "b", "c"):
         await store.record_turn(key, generation, "session", invocation, recalled=invocation == "b")
@@ -44,7 +47,7 @@ async def test_turns_are_collected_once_and_only_those_asked_for(store: Store, k
     assert await store.collect_turns(key, generation, "session", ["c"]) == [Turn("c", False)]
 
 
-async def test_turns_admitted_before_an_erasure_are_never_collected(store: Store, key: ScopeKey):
+async def test_turns_admitted_before_an_erasure_are_never_collected(store: Store, key: ScopeKey) -> None:
     generation = await _grant(store, key)
     await store.record_turn(key, generation, "session", "before", recalled=False)
     later = (await store.forget_all(key)).generation
@@ -53,7 +56,7 @@ async def test_turns_admitted_before_an_erasure_are_never_collected(store: Store
     assert await refusal(store.collect_turns(key, generation, "session", ["before"])) is Reason.CONSENT_STALE
 
 
-async def test_collection_is_fenced(store: Store, key: ScopeKey):
+async def test_collection_is_fenced(store: Store, key: ScopeKey) -> None:
     generation = await _grant(store, key)
     await store.record_turn(key, generation, "session", "a", recalled=False)
     off = await store.off(key)
@@ -61,7 +64,9 @@ async def test_collection_is_fenced(store: Store, key: ScopeKey):
     assert await refusal(store.collect_turns(key, off.generation, "session", ["a"])) is Reason.CONSENT_DISABLED
 
 
-async def test_sweep_drops_turns_that_can_no_longer_be_collected(store: Store, key: ScopeKey, new_key, sql):
+async def test_sweep_drops_turns_that_can_no_longer_be_collected(
+    store: Store, key: ScopeKey, new_key: Callable[..., ScopeKey], sql: asyncpg.Connection
+) -> None:
     stale_key, old_key = new_key(), new_key()
     for scope in (key, stale_key, old_key):
         await store.record_turn(scope, await _grant(store, scope), "session", "a", recalled=False)
@@ -73,7 +78,9 @@ async def test_sweep_drops_turns_that_can_no_longer_be_collected(store: Store, k
     assert {row["scope_id"] for row in kept} == {key.scope_id, old_key.scope_id} and len(kept) == 2
 
 
-async def test_a_fact_equal_to_a_live_entry_keeps_the_entry_and_its_expiry(store: Store, key: ScopeKey, sql):
+async def test_a_fact_equal_to_a_live_entry_keeps_the_entry_and_its_expiry(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     generation = await _grant(store, key)
     [first] = await store.write(key, generation, facts("I drink lapsang souchong"))
     expires = await sql.fetchval("SELECT expires_at FROM governed_memory.entries")
@@ -87,14 +94,14 @@ async def test_a_fact_equal_to_a_live_entry_keeps_the_entry_and_its_expiry(store
     assert [row["count"] for row in counts] == [1, 1]  # the ledger counts what was added
 
 
-async def test_concurrent_writes_of_one_fact_store_it_once(store: Store, key: ScopeKey):
+async def test_concurrent_writes_of_one_fact_store_it_once(store: Store, key: ScopeKey) -> None:
     generation = await _grant(store, key)
     ids = await asyncio.gather(*(store.write(key, generation, facts("the same fact")) for _ in range(8)))
     assert len({entry_id for [entry_id] in ids}) == 1
     assert (await store.status(key)).entries == 1
 
 
-async def test_a_forgotten_fact_can_be_stored_again_as_a_new_entry(store: Store, key: ScopeKey):
+async def test_a_forgotten_fact_can_be_stored_again_as_a_new_entry(store: Store, key: ScopeKey) -> None:
     generation = await _grant(store, key)
     [first] = await store.write(key, generation, facts("I drink lapsang souchong"))
     later = (await store.forget(key, first)).generation
