@@ -16,7 +16,9 @@ import time
 import uuid
 from pathlib import Path
 
-from kagent_memory_governed.embedded import start
+from kagent_memory_governed.embedded import key_store, start
+from kagent_memory_governed.keys import LocalKeyStore
+from kagent_memory_governed.mode import load
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact, Store
@@ -59,8 +61,11 @@ async def main() -> None:
     parser.add_argument("--url")
     parser.add_argument("--runs", type=int, default=500)
     args = parser.parse_args()
-    url = args.url or start(Path(tempfile.mkdtemp()) / "pg")
-    store = Store.connect(url, Policy())
+    scratch = Path(tempfile.mkdtemp())
+    url = args.url or start(scratch / "pg")
+    # a throwaway database has a key store of its own beside it; a given one, the settings' (as the CLI's)
+    keys = key_store(load()) if args.url else LocalKeyStore(scratch / "keys")
+    store = Store.connect(url, Policy(), keys=keys)
     try:
         await store.migrate()
         await measure(store, 20)  # warm the pool and the plans

@@ -26,8 +26,10 @@ import uuid
 from collections import Counter
 from pathlib import Path
 
-from kagent_memory_governed.embedded import start
+from kagent_memory_governed.embedded import key_store, start
 from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.keys import KeyStore, LocalKeyStore
+from kagent_memory_governed.mode import load
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact, Store
@@ -167,8 +169,10 @@ async def trial(store: Store, rng: random.Random, tally: Counter) -> list[str]:
     return violations
 
 
-async def run(url: str, trials: int, seed: int = 1) -> dict:
-    store = Store.connect(url, Policy(entry_cap=CAP), pool_size=10, max_overflow=10)
+async def run(url: str, trials: int, seed: int = 1, keys: KeyStore | None = None) -> dict:
+    """``trials`` races over ``url``; ``keys``: its key store (unset: the one the settings name, as the CLI's)."""
+    keys = keys or key_store(load())
+    store = Store.connect(url, Policy(entry_cap=CAP), keys=keys, pool_size=10, max_overflow=10)
     tally: Counter = Counter()
     violations: list[str] = []
     started = time.perf_counter()
@@ -193,8 +197,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10_000)
     parser.add_argument("--seed", type=int, default=1)
     args = parser.parse_args()
-    url = args.url or start(Path(tempfile.mkdtemp()) / "pg")
-    result = asyncio.run(run(url, args.trials, args.seed))
+    scratch = Path(tempfile.mkdtemp())
+    url = args.url or start(scratch / "pg")
+    keys = None if args.url else LocalKeyStore(scratch / "keys")  # a throwaway database's keys beside it
+    result = asyncio.run(run(url, args.trials, args.seed, keys))
     print(json.dumps(result, indent=2))  # noqa: T201
     out = Path(__file__).parent / "results"
     out.mkdir(exist_ok=True)

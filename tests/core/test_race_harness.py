@@ -10,7 +10,7 @@ race = benchmark("race")
 
 
 async def test_a_small_race_run_keeps_every_invariant(database_url: str, store: Store) -> None:
-    result = await race.run(database_url, trials=60, seed=11)
+    result = await race.run(database_url, trials=60, seed=11, keys=store.key_store)
     assert result["violations"] == 0, result["violation_kinds"]
     outcomes = result["outcomes"]
     assert outcomes["writes"] > 0 and outcomes["reads"] > 0
