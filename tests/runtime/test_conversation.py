@@ -95,6 +95,9 @@ def test_malformed_summaries_are_refused_whole(output: str) -> None:
 
 def test_the_summary_request_asks_for_a_bounded_json_list() -> None:
     request = summary_request("user: hello", Policy(autosave_max_facts=4), "gpt-4o-mini")
-    prompt = request.contents[0].parts[0].text
+    parts = request.contents[0].parts
+    assert parts is not None
+    prompt = parts[0].text
+    assert prompt is not None
     assert prompt.endswith(SUMMARY_MARKER) and "At most 4 facts" in prompt and "user: hello" in prompt
     assert request.model == "gpt-4o-mini"  # google-adk's Gemini sends the request's model, not its own

@@ -10,12 +10,12 @@ import re
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
 from controller import FakeController
-from google.adk.models import LlmRequest
+from google.adk.models.llm_request import LlmRequest
 from kagent.adk.models._openai import OpenAI
 from openai import AsyncOpenAI
 
@@ -48,7 +48,7 @@ def facts_said(conversation: str) -> list[str]:
     return [match.strip() for match in re.findall(r"fact: ([^\n]+)", conversation)]
 
 
-def recall_on_questions(text: str) -> list[tuple[str, dict]]:
+def recall_on_questions(text: str) -> list[tuple[str, dict[str, str]]]:
     return [("load_memory", {"query": text})] if text.endswith("?") else []
 
 
@@ -69,18 +69,19 @@ class Conversation:
             return await agent.stream(text, context_id=self.context, user=ALICE, scope=scope)
         return reply_text(await agent.send(text, context_id=self.context, user=ALICE, scope=scope))
 
-    async def control(self, method: str, path: str, op: str, body: dict | None = None) -> dict:
+    async def control(self, method: str, path: str, op: str, body: dict[str, object] | None = None) -> dict[str, Any]:
         token = self.bridge.sign(time.time(), "control", op=op)
         answer = await self.http.request(
             method, f"/memory/v1/{path}", json=body, headers={"Authorization": f"Bearer {token}"}
         )
         assert answer.status_code == 200, answer.text
-        found = answer.json()
+        found: dict[str, Any] = answer.json()
         self.generation = found.get("generation", self.generation)
         return found
 
-    async def entries(self) -> list[dict]:
-        return (await self.control("GET", "entries", "entries"))["entries"]
+    async def entries(self) -> list[dict[str, Any]]:
+        listed: list[dict[str, Any]] = (await self.control("GET", "entries", "entries"))["entries"]
+        return listed
 
 
 @pytest.fixture
@@ -98,7 +99,7 @@ async def conversation(
     await runtime.service.drain()
 
 
-async def turns(conversation: Conversation, runtime: Runtime, texts: list[str], **options) -> None:
+async def turns(conversation: Conversation, runtime: Runtime, texts: list[str], **options: Any) -> None:
     for text in texts:
         await conversation.say(text, **options)
     await runtime.service.drain()
@@ -227,6 +228,7 @@ async def test_a_provider_failure_inside_memory_work_answers_a_reason_code_only(
     runtime: Runtime, controller: FakeController, store: Store, bridge: Bridge, streaming: bool
 ) -> None:
     key = verify(bridge.sign(time.time()), bridge.trust(), now=now(), user_id=ALICE).key
+    assert key is not None  # only an offboarding token names no scope
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     from support import facts
 
@@ -247,7 +249,7 @@ async def test_a_store_failure_at_the_end_of_a_turn_leaves_the_chat_running_and_
 ) -> None:
     await conversation.control("POST", "consent", "consent", {"purpose": "assist", "policy_version": "v1"})
 
-    async def unavailable(*args, **kwargs) -> None:
+    async def unavailable(*args: object, **kwargs: object) -> None:
         raise GovernedMemoryError(Reason.STORE_UNAVAILABLE)
 
     monkeypatch.setattr(runtime.store, "record_turn", unavailable)

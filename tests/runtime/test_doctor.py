@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric.ec import SECP256R1, generate_private_key
@@ -38,7 +38,7 @@ CHECKS = [
 ]
 
 
-def configured(tmp_path: Path, bridge: Bridge, database_url: str | None, **overrides) -> Settings:
+def configured(tmp_path: Path, bridge: Bridge, database_url: str | None, **overrides: Any) -> Settings:
     key = tmp_path / "bridge.pem"
     key.write_text(bridge.public_pem)
     values = dict(

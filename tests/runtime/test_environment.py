@@ -16,7 +16,7 @@ LOCK = LOCKS / f"kagent-adk-{version('kagent-adk')}.txt"
 
 
 def _lock(lock: Path = LOCK) -> dict[str, str]:
-    pins = {}
+    pins: dict[str, str] = {}
     for line in lock.read_text().splitlines():
         if line and not line.startswith("#"):
             name, _, pinned = line.partition("==")

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import SimpleNamespace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 from cryptography import x509
@@ -72,7 +72,8 @@ def files(tmp_path: Path) -> SimpleNamespace:
 
 def _settings(home: Path, **values: str) -> Settings:
     """Settings from these values alone (the suite's key store and any database URL unset)."""
-    return Settings(**{"data_dir": str(home / "data"), "key_store": None, "database_url": None, **values})
+    fields: dict[str, Any] = {"data_dir": str(home / "data"), "key_store": None, "database_url": None, **values}
+    return Settings(**fields)
 
 
 BAD = [  # (what is given, the code)
