@@ -751,7 +751,7 @@ class Breakdown:
 
 
 class Bench:
-    def __init__(self, url: str, entries: int, seed: int, verbose: bool, keys=None) -> None:
+    def __init__(self, url: str, entries: int, seed: int, verbose: bool, keys: KeyStore) -> None:
         self.url = url
         self.keys = keys
         self.entries = entries
@@ -1150,9 +1150,10 @@ async def run(
     cleanup_governed: bool = True,
     install_statistics: bool = False,
     verbose: bool = False,
-    keys=None,
+    keys: KeyStore,
 ) -> dict:
-    """Run the whole comparison on ``url`` and return the figures (see the module docstring).
+    """Run the whole comparison on ``url`` and return the figures (see the module docstring); ``keys`` is the key
+    store bound to ``url``'s database, where the governed side's keys live and the floor's key-store calls go.
     ``install_statistics`` creates ``pg_stat_statements`` in the database when the server preloads it."""
     if not 2 <= entries <= Policy().entry_cap:
         raise ValueError(f"entries must be 2..{Policy().entry_cap}")

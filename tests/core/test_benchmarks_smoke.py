@@ -14,11 +14,13 @@ import asyncpg
 import pytest
 from support import benchmark, key_store_of
 
+from kagent_memory_governed.keys import LocalKeyStore
 
-async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str) -> None:
+
+async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str, key_store: LocalKeyStore) -> None:
     storage = benchmark("storage")
 
-    result = await storage.run(database_url, scopes=5, entries=20, queries=10)
+    result = await storage.run(database_url, scopes=5, entries=20, queries=10, keys=key_store)
 
     assert {
         "config",
