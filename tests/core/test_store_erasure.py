@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import suppress
+from typing import Any
 
 import asyncpg
 import pytest
@@ -18,6 +19,9 @@ from kagent_memory_governed.keys import Fence
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store, erasure
 from kagent_memory_governed.testing import embed
+
+# the fault's switches: install it ("raise" or "swallow"), remove it
+Faults = tuple[Callable[[str], Awaitable[None]], Callable[[], Awaitable[None]]]
 
 
 async def _consented(store: Store, key: ScopeKey, *texts: str) -> tuple[int, list[uuid.UUID]]:
@@ -32,7 +36,7 @@ async def _rows(sql: asyncpg.Connection, key: ScopeKey) -> set[uuid.UUID]:
 
 
 @pytest.fixture
-async def failing_deletes(sql: asyncpg.Connection) -> AsyncIterator[str]:
+async def failing_deletes(sql: asyncpg.Connection) -> AsyncIterator[Faults]:
     """Install a trigger that makes DELETE fail ('raise') or silently keep rows ('swallow')."""
     modes = {
         "raise": "BEGIN RAISE EXCEPTION 'injected fault'; END;",
@@ -56,27 +60,28 @@ async def failing_deletes(sql: asyncpg.Connection) -> AsyncIterator[str]:
     await remove()
 
 
-async def test_forget_one_removes_exactly_that_entry(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_forget_one_removes_exactly_that_entry(store: Store, key: ScopeKey, sql: asyncpg.Connection) -> None:
     generation, ids = await _consented(store, key, "likes tea", "lives in Lisbon", "deploys on Fridays")
     erased = await store.forget(key, ids[1])
     assert erased.erased == 1 and erased.generation == generation + 1
     assert await _rows(sql, key) == {ids[0], ids[2]}
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert status.enabled and status.entries == 2 and status.last_erasure.result is Erasure.VERIFIED
     hits = await store.search(key, status.generation, embed("lives in Lisbon"), top_k=10)
     assert ids[1] not in {hit.entry_id for hit in hits}
     assert {e.entry_id for e in (await store.inspect(key)).entries} == {ids[0], ids[2]}
 
 
-async def test_forget_fences_work_admitted_before_it(store: Store, key: ScopeKey):
+async def test_forget_fences_work_admitted_before_it(store: Store, key: ScopeKey) -> None:
     generation, ids = await _consented(store, key, "likes tea")
     await store.forget(key, ids[0])
     assert await refusal(store.write(key, generation, facts("likes tea"))) is Reason.CONSENT_STALE
 
 
 async def test_forgetting_an_unknown_or_foreign_entry_is_not_found_and_changes_nothing(
-    store: Store, new_key, sql: asyncpg.Connection
-):
+    store: Store, new_key: Callable[..., ScopeKey], sql: asyncpg.Connection
+) -> None:
     mine, theirs = new_key(), new_key("bob")
     generation, _ = await _consented(store, mine, "likes tea")
     _, [foreign] = await _consented(store, theirs, "bob's secret")
@@ -84,44 +89,52 @@ async def test_forgetting_an_unknown_or_foreign_entry_is_not_found_and_changes_n
     assert await refusal(store.forget(mine, foreign)) is Reason.NOT_FOUND
     assert await _rows(sql, theirs) == {foreign}
     assert (await store.status(mine)).generation == generation  # a refusal does not fence
-    assert await refusal(store.forget(mine, "not-a-uuid")) is Reason.BAD_INPUT
+    # a caller without a type checker: the store refuses what is not an entry id itself
+    assert await refusal(store.forget(mine, "not-a-uuid")) is Reason.BAD_INPUT  # type: ignore[arg-type]
 
 
-async def test_forget_all_verifies_zero_rows_and_keeps_consent(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_forget_all_verifies_zero_rows_and_keeps_consent(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     generation, _ = await _consented(store, key, "a", "b", "c")
     result = await store.forget_all(key)
     assert (result.erased, result.generation) == (3, generation + 1)
     assert await _rows(sql, key) == set()
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.entries, status.last_erasure.result) == (True, 0, Erasure.VERIFIED)
     await store.write(key, status.generation, facts("a new fact"))  # consent stays
 
 
-async def test_off_disables_first_then_clears_and_verifies(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_off_disables_first_then_clears_and_verifies(
+    store: Store, key: ScopeKey, sql: asyncpg.Connection
+) -> None:
     generation, _ = await _consented(store, key, "a", "b")
     result = await store.off(key)
     assert (result.erased, result.generation) == (2, generation + 1)
     assert await _rows(sql, key) == set()
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.last_erasure.result) == (False, Erasure.VERIFIED)
     assert (await store.forget_all(key)).erased == 0
     assert (await store.status(key)).enabled is False  # forget-all never re-enables a disabled scope
 
 
-async def test_off_before_any_consent_erases_nothing(store: Store, key: ScopeKey):
+async def test_off_before_any_consent_erases_nothing(store: Store, key: ScopeKey) -> None:
     result = await store.off(key)
     assert (result.generation, result.erased) == (0, 0)
     assert (await store.status(key)).generation == 0
 
 
 async def test_a_failing_delete_leaves_the_scope_disabled_and_a_retry_completes(
-    store: Store, key: ScopeKey, sql: asyncpg.Connection, failing_deletes
-):
+    store: Store, key: ScopeKey, sql: asyncpg.Connection, failing_deletes: Faults
+) -> None:
     install, remove = failing_deletes
     generation, ids = await _consented(store, key, "a", "b")
     await install("raise")
     assert await refusal(store.forget_all(key)) is Reason.ERASURE_FAILED
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.last_erasure.result) == (False, Erasure.FAILED)
     assert await refusal(store.write(key, generation + 1, facts("x"))) is Reason.CONSENT_DISABLED
     assert await refusal(store.grant(key, purpose="assist", policy_version="v1")) is Reason.ERASURE_FAILED
@@ -137,28 +150,31 @@ async def test_a_failing_delete_leaves_the_scope_disabled_and_a_retry_completes(
     result = await store.forget_all(key)
     assert result.erased == 2
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.entries, status.last_erasure.result) == (True, 0, Erasure.VERIFIED)
 
 
 async def test_a_delete_that_silently_keeps_rows_fails_verification(
-    store: Store, key: ScopeKey, sql: asyncpg.Connection, failing_deletes
-):
+    store: Store, key: ScopeKey, sql: asyncpg.Connection, failing_deletes: Faults
+) -> None:
     install, remove = failing_deletes
     await _consented(store, key, "a", "b")
     await install("swallow")
     assert await refusal(store.off(key)) is Reason.ERASURE_FAILED
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.last_erasure.result) == (False, Erasure.FAILED)
     await remove()
     await store.forget_all(key)  # the retry finishes what off began: everything gone, still disabled
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.entries, status.last_erasure.result) == (False, 0, Erasure.VERIFIED)
     assert await _rows(sql, key) == set()
 
 
 async def test_a_connection_killed_after_the_delete_committed_fails_closed(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """The backend ends itself as the settle records its ledger row: the delete had committed, the
     verification ran, the settle is lost with the connection."""
     await _consented(store, key, "a", "b", "c")
@@ -181,6 +197,7 @@ async def test_a_connection_killed_after_the_delete_committed_fails_closed(
     assert [tuple(row) for row in outcome] == [("grant", "ok"), ("off", "failed")]
     # the scope's next operation verifies and settles it, still disabled (off)
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.entries, status.last_erasure.result) == (False, 0, Erasure.VERIFIED)
     completed = "SELECT count(*) FROM governed_memory.ledger WHERE scope_id=$1 AND operation=$2 AND result='ok'"
     assert await sql.fetchval(completed, key.scope_id, "complete_erasure") == 1
@@ -188,8 +205,8 @@ async def test_a_connection_killed_after_the_delete_committed_fails_closed(
 
 
 async def test_a_failed_forget_one_is_recovered_by_forget_all_and_consent_resumes(
-    store: Store, key: ScopeKey, failing_deletes
-):
+    store: Store, key: ScopeKey, failing_deletes: Faults
+) -> None:
     install, remove = failing_deletes
     _, ids = await _consented(store, key, "a", "b")
     await install("raise")
@@ -201,12 +218,12 @@ async def test_a_failed_forget_one_is_recovered_by_forget_all_and_consent_resume
 
 
 @pytest.fixture
-def crash_at_delete(store: Store):
+def crash_at_delete(store: Store) -> Iterator[Callable[[], None]]:
     """The process stops right after an erasure's fence committed: the task is cancelled as it calls the
     delete, so no failure is recorded either (the scope stays ``pending``, as after a crash)."""
     engine = store._engine.sync_engine  # fault injection only: tests reach the engine, package code never does
 
-    def crash(conn, cursor, statement, parameters, context, executemany):
+    def crash(conn: Any, cursor: Any, statement: str, parameters: Any, context: Any, executemany: bool) -> None:
         if statement.startswith("CALL governed_memory.clear"):
             raise asyncio.CancelledError
 
@@ -222,8 +239,8 @@ async def _state(sql: asyncpg.Connection, key: ScopeKey) -> tuple[bool, str | No
 
 
 async def test_an_off_interrupted_after_its_fence_is_completed_by_sweep(
-    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete
-):
+    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete: Callable[[], None]
+) -> None:
     await _consented(store, key, "a", "b")
     with pytest.raises(asyncio.CancelledError):
         await store.off(key)
@@ -240,8 +257,8 @@ async def test_an_off_interrupted_after_its_fence_is_completed_by_sweep(
 
 
 async def test_a_forget_interrupted_after_its_fence_is_completed_exactly_by_the_next_inspect(
-    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete
-):
+    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete: Callable[[], None]
+) -> None:
     """The completion erases what the fence recorded, one entry, and the scope resumes as the forget would have."""
     _, ids = await _consented(store, key, "likes tea", "lives in Lisbon", "deploys on Fridays")
     with pytest.raises(asyncio.CancelledError):
@@ -251,13 +268,14 @@ async def test_a_forget_interrupted_after_its_fence_is_completed_exactly_by_the_
     page = await store.inspect(key)
     assert {entry.entry_id for entry in page.entries} == {ids[0], ids[2]}
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.entries, status.last_erasure.result) == (True, 2, Erasure.VERIFIED)
     await store.write(key, status.generation, facts("a new fact"))  # consent resumed under the fence's generation
 
 
 async def test_each_operation_on_a_scope_completes_its_unfinished_erasure(
-    store: Store, new_key, sql: asyncpg.Connection, crash_at_delete
-):
+    store: Store, new_key: Callable[..., ScopeKey], sql: asyncpg.Connection, crash_at_delete: Callable[[], None]
+) -> None:
     keys = [new_key() for _ in range(7)]
     generations = {}
     for key in keys:
@@ -284,24 +302,26 @@ async def test_each_operation_on_a_scope_completes_its_unfinished_erasure(
 
 
 async def test_inspect_of_an_erasure_that_cannot_complete_shows_no_entries_only_the_state(
-    store: Store, key: ScopeKey, failing_deletes
-):
+    store: Store, key: ScopeKey, failing_deletes: Faults
+) -> None:
     install, remove = failing_deletes
     await _consented(store, key, "a", "b")
     await install("swallow")
     assert await refusal(store.off(key)) is Reason.ERASURE_FAILED
     assert await refusal(store.inspect(key)) is Reason.ERASURE_FAILED
     status = await store.status(key)  # the rows stay, their keys gone: none can be shown, so none is counted
+    assert status.last_erasure is not None
     assert (status.enabled, status.entries, status.last_erasure.result) == (False, 0, Erasure.FAILED)
     assert await refusal(store.sweep()) is Reason.ERASURE_FAILED  # the CronJob fails, so an operator sees it
     await remove()
     assert (await store.inspect(key)).entries == []
-    assert (await store.status(key)).last_erasure.result is Erasure.VERIFIED
+    status = await store.status(key)
+    assert status.last_erasure is not None and status.last_erasure.result is Erasure.VERIFIED
 
 
 async def test_a_late_run_of_a_settled_erasure_never_deletes_what_a_new_grant_wrote(
-    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete
-):
+    store: Store, key: ScopeKey, sql: asyncpg.Connection, crash_at_delete: Callable[[], None]
+) -> None:
     """The original run of an erasure may resume after another run completed it and the subject consented
     again: its delete only acts while its fence stands, so the new entries stay."""
     await _consented(store, key, "old")
