@@ -7,6 +7,7 @@ import subprocess
 import sys
 import textwrap
 from collections import Counter
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import asyncpg
@@ -29,7 +30,7 @@ async def _outcome(store: Store, key: ScopeKey, generation: int, **kwargs) -> st
     return "ok"
 
 
-async def test_the_fourth_in_a_burst_and_the_seventh_in_a_minute_are_refused(store: Store, key: ScopeKey):
+async def test_the_fourth_in_a_burst_and_the_seventh_in_a_minute_are_refused(store: Store, key: ScopeKey) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
         explicit = {"units": 1, "explicit": True}
@@ -45,7 +46,7 @@ async def test_the_fourth_in_a_burst_and_the_seventh_in_a_minute_are_refused(sto
         assert await _outcome(store, key, generation, **explicit) == "ok"
 
 
-async def test_tokens_refill_up_to_the_burst_and_a_clock_step_back_adds_none(store: Store, key: ScopeKey):
+async def test_tokens_refill_up_to_the_burst_and_a_clock_step_back_adds_none(store: Store, key: ScopeKey) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
         explicit = {"units": 1, "explicit": True}
@@ -58,7 +59,9 @@ async def test_tokens_refill_up_to_the_burst_and_a_clock_step_back_adds_none(sto
         assert [await _outcome(store, key, generation, **explicit) for _ in range(4)] == ["ok"] * 3 + ["rate_limited"]
 
 
-async def test_the_explicit_limit_is_per_sender_and_agent_across_rooms(store: Store, new_key):
+async def test_the_explicit_limit_is_per_sender_and_agent_across_rooms(
+    store: Store, new_key: Callable[..., ScopeKey]
+) -> None:
     rooms = [new_key(), new_key()]
     with freeze_time(T0, real_asyncio=True):
         generations = [(await store.grant(k, purpose="assist", policy_version="v1")).generation for k in rooms]
@@ -69,7 +72,7 @@ async def test_the_explicit_limit_is_per_sender_and_agent_across_rooms(store: St
         assert await _outcome(store, other_agent, generation, units=1, explicit=True) == "ok"
 
 
-async def test_the_61st_unit_of_an_hour_is_refused_whatever_its_kind(store: Store, key: ScopeKey):
+async def test_the_61st_unit_of_an_hour_is_refused_whatever_its_kind(store: Store, key: ScopeKey) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
         for minute, units in enumerate([8, 8, 8, 8, 8, 8, 8, 1, 1, 1, 1]):  # prefetches, a summary, embeddings
@@ -85,14 +88,14 @@ async def test_the_61st_unit_of_an_hour_is_refused_whatever_its_kind(store: Stor
 
 async def test_refused_admission_records_no_usage_and_a_fenced_scope_is_refused_first(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     assert await _outcome(store, key, generation, units=61) == "hourly_ceiling"
     assert await _outcome(store, key, generation + 1, units=1) == "consent_stale"
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.usage") == 0
 
 
-async def test_a_lowered_policy_lowers_the_limits(database_url: str, key_store: KeyStore, key: ScopeKey):
+async def test_a_lowered_policy_lowers_the_limits(database_url: str, key_store: KeyStore, key: ScopeKey) -> None:
     lowered = Store.connect(database_url, Policy(explicit_burst=1, scope_ops_per_hour=2), keys=key_store)
     try:
         with freeze_time(T0, real_asyncio=True):
@@ -105,13 +108,15 @@ async def test_a_lowered_policy_lowers_the_limits(database_url: str, key_store: 
         await lowered.close()
 
 
-async def test_concurrent_admissions_never_pass_the_ceiling(store: Store, key: ScopeKey):
+async def test_concurrent_admissions_never_pass_the_ceiling(store: Store, key: ScopeKey) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     outcomes = Counter(await asyncio.gather(*(_outcome(store, key, generation, units=1) for _ in range(80))))
     assert outcomes == {"ok": 60, "hourly_ceiling": 20}
 
 
-async def test_concurrent_explicit_operations_of_one_sender_across_rooms_share_one_burst(store: Store, new_key):
+async def test_concurrent_explicit_operations_of_one_sender_across_rooms_share_one_burst(
+    store: Store, new_key: Callable[..., ScopeKey]
+) -> None:
     rooms = [new_key(), new_key(), new_key()]
     generations = [(await store.grant(k, purpose="assist", policy_version="v1")).generation for k in rooms]
     attempts = [_outcome(store, rooms[n % 3], generations[n % 3], units=1, explicit=True) for n in range(12)]
@@ -146,7 +151,9 @@ REPLICA = textwrap.dedent(
 )
 
 
-async def test_two_replica_processes_share_one_ceiling(store: Store, database_url: str, key_store, new_key):
+async def test_two_replica_processes_share_one_ceiling(
+    store: Store, database_url: str, key_store, new_key: Callable[..., ScopeKey]
+) -> None:
     keys = key_store.root  # each replica process is handed the store's key store, as its operator would
     key = new_key(room="!replicas:example.org")
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation

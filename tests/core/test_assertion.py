@@ -33,7 +33,7 @@ def reason_for(token: object, trust: Trust, **kwargs) -> Reason:
     return refused.value.reason
 
 
-def test_a_valid_scope_assertion_yields_the_typed_key_and_generation(bridge: Bridge):
+def test_a_valid_scope_assertion_yields_the_typed_key_and_generation(bridge: Bridge) -> None:
     assertion = verify(bridge.sign(T, gen=7), bridge.trust(), now=NOW, user_id=ALICE)
     assert assertion.key.principal.mxid == ALICE
     assert str(assertion.key.agent) == "kagent/helper"
@@ -42,7 +42,7 @@ def test_a_valid_scope_assertion_yields_the_typed_key_and_generation(bridge: Bri
     assert assertion.expires_at.timestamp() == int(T) + 120
 
 
-def test_control_and_offboard_tokens_carry_no_generation(bridge: Bridge):
+def test_control_and_offboard_tokens_carry_no_generation(bridge: Bridge) -> None:
     token = bridge.sign(T, "control", op="status")
     control = verify(token, bridge.trust(), now=NOW, purpose="control", op=Operation.STATUS)
     assert control.generation is None and control.key.room.room_id == f"!control:{HOMESERVER}"
@@ -53,22 +53,22 @@ def test_control_and_offboard_tokens_carry_no_generation(bridge: Bridge):
 
 
 @pytest.mark.parametrize("token", [None, ""])
-def test_no_token_is_no_assertion(bridge: Bridge, token: object):
+def test_no_token_is_no_assertion(bridge: Bridge, token: object) -> None:
     assert reason_for(token, bridge.trust()) is Reason.NO_ASSERTION
 
 
-def test_another_key_is_a_bad_signature(bridge: Bridge):
+def test_another_key_is_a_bad_signature(bridge: Bridge) -> None:
     impostor = Bridge()
     assert reason_for(impostor.sign(T), bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_a_tampered_payload_is_refused(bridge: Bridge):
+def test_a_tampered_payload_is_refused(bridge: Bridge) -> None:
     header, _, signature = bridge.sign(T).split(".")
     forged = b64(json.dumps(bridge.claims(T, sub="@mallory:example.org")).encode())
     assert reason_for(f"{header}.{forged}.{signature}", bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_alg_none_and_hs256_with_the_public_key_as_secret_are_refused(bridge: Bridge):
+def test_alg_none_and_hs256_with_the_public_key_as_secret_are_refused(bridge: Bridge) -> None:
     claims = bridge.claims(T)
     unsigned = compact({"alg": "none"}, claims, lambda _: b"")
     assert reason_for(unsigned, bridge.trust()) is Reason.BAD_ASSERTION
@@ -89,11 +89,11 @@ def test_alg_none_and_hs256_with_the_public_key_as_secret_are_refused(bridge: Br
         {"typ": "JWT"},
     ],
 )
-def test_header_tricks_are_refused(bridge: Bridge, header: dict):
+def test_header_tricks_are_refused(bridge: Bridge, header: dict) -> None:
     assert reason_for(bridge.sign(T, header=header), bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_a_kid_is_ignored_not_trusted(bridge: Bridge):
+def test_a_kid_is_ignored_not_trusted(bridge: Bridge) -> None:
     token = bridge.sign(T, header={"alg": "EdDSA", "kid": "../../etc/passwd"})
     assert verify(token, bridge.trust(), now=NOW, user_id=ALICE).generation == 1
 
@@ -128,20 +128,20 @@ def test_a_kid_is_ignored_not_trusted(bridge: Bridge):
         {"origin": "federated"},
     ],
 )
-def test_claims_that_do_not_match_are_bad_assertions(bridge: Bridge, changes: dict):
+def test_claims_that_do_not_match_are_bad_assertions(bridge: Bridge, changes: dict) -> None:
     assert reason_for(bridge.sign(T, **changes), bridge.trust()) is Reason.BAD_ASSERTION
 
 
 @pytest.mark.parametrize("claim", ["iss", "aud", "sub", "origin", "room", "scope", "gen", "iat", "exp", "jti"])
-def test_every_claim_is_required(bridge: Bridge, claim: str):
+def test_every_claim_is_required(bridge: Bridge, claim: str) -> None:
     assert reason_for(bridge.sign(T, **{claim: ...}), bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_the_largest_bigint_generation_is_admitted(bridge: Bridge):
+def test_the_largest_bigint_generation_is_admitted(bridge: Bridge) -> None:
     assert verify(bridge.sign(T, gen=2**63 - 1), bridge.trust(), now=NOW, user_id=ALICE).generation == 2**63 - 1
 
 
-def test_nbf_is_optional_and_enforced_with_the_same_leeway_as_iat(bridge: Bridge):
+def test_nbf_is_optional_and_enforced_with_the_same_leeway_as_iat(bridge: Bridge) -> None:
     trust = bridge.trust()
     for nbf in (int(T) - 60, int(T), int(T) + 30):  # past, now, and the edge of the leeway
         assert verify(bridge.sign(T, nbf=nbf), trust, now=NOW, user_id=ALICE).generation == 1
@@ -150,7 +150,7 @@ def test_nbf_is_optional_and_enforced_with_the_same_leeway_as_iat(bridge: Bridge
     assert reason_for(token, trust, purpose="control", op=Operation.STATUS) is Reason.BAD_ASSERTION
 
 
-def test_the_leeway_is_thirty_seconds_each_way(bridge: Bridge):
+def test_the_leeway_is_thirty_seconds_each_way(bridge: Bridge) -> None:
     trust = bridge.trust()
     assert verify(bridge.sign(T, iat=int(T) - 129, exp=int(T) - 29), trust, now=NOW, user_id=ALICE)
     assert verify(bridge.sign(T, iat=int(T) + 30, exp=int(T) + 90), trust, now=NOW, user_id=ALICE)
@@ -161,17 +161,17 @@ def test_the_leeway_is_thirty_seconds_each_way(bridge: Bridge):
     "changes",
     [{"origin": "appservice"}, {"sub": "@alice:remote.example"}, {"sub": "@alice:example.org.evil"}],
 )
-def test_bridged_remote_and_lookalike_principals_are_not_admitted(bridge: Bridge, changes: dict):
+def test_bridged_remote_and_lookalike_principals_are_not_admitted(bridge: Bridge, changes: dict) -> None:
     user = changes.get("sub", ALICE)
     assert reason_for(bridge.sign(T, **changes), bridge.trust(), user_id=user) is Reason.PRINCIPAL_NOT_ADMITTED
 
 
 @pytest.mark.parametrize("user_id", [None, "@bob:example.org", "@Alice:example.org", "alice", ALICE + " "])
-def test_sub_must_equal_the_request_user_exactly(bridge: Bridge, user_id: object):
+def test_sub_must_equal_the_request_user_exactly(bridge: Bridge, user_id: object) -> None:
     assert reason_for(bridge.sign(T), bridge.trust(), user_id=user_id) is Reason.SCOPE_MISMATCH
 
 
-def test_duplicate_claims_are_refused(bridge: Bridge):
+def test_duplicate_claims_are_refused(bridge: Bridge) -> None:
     claims = json.dumps(bridge.claims(T))
     duplicated = claims[:-1] + ', "sub": "@mallory:example.org"}'
     token = compact({"alg": "EdDSA"}, duplicated, bridge.private_key.sign)
@@ -179,14 +179,14 @@ def test_duplicate_claims_are_refused(bridge: Bridge):
 
 
 @pytest.mark.parametrize("constant", ["NaN", "Infinity", "-Infinity"])
-def test_a_non_json_constant_in_any_claim_is_refused(bridge: Bridge, constant: str):
+def test_a_non_json_constant_in_any_claim_is_refused(bridge: Bridge, constant: str) -> None:
     claims = json.dumps(bridge.claims(T))
     for extra in (f', "note": {constant}}}', f', "note": [1, {{"deep": {constant}}}]}}'):
         token = compact({"alg": "EdDSA"}, claims[:-1] + extra, bridge.private_key.sign)
         assert reason_for(token, bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_a_forget_token_may_name_the_one_entry_it_forgets(bridge: Bridge):
+def test_a_forget_token_may_name_the_one_entry_it_forgets(bridge: Bridge) -> None:
     entry = "0b8e4f5a-6d0c-4f7e-9a41-5f2b8c1d9e30"
     token = bridge.sign(T, "control", op="forget", entry=entry)
     assert str(verify(token, bridge.trust(), now=NOW, purpose="control", op=Operation.FORGET).entry) == entry
@@ -197,13 +197,13 @@ def test_a_forget_token_may_name_the_one_entry_it_forgets(bridge: Bridge):
 @pytest.mark.parametrize(
     "entry", ["0B8E4F5A-6D0C-4F7E-9A41-5F2B8C1D9E30", "0b8e4f5a6d0c4f7e9a415f2b8c1d9e30", "x", 7, None]
 )
-def test_an_entry_claim_in_another_spelling_or_type_is_refused(bridge: Bridge, entry: object):
+def test_an_entry_claim_in_another_spelling_or_type_is_refused(bridge: Bridge, entry: object) -> None:
     token = bridge.sign(T, "control", op="forget", entry=entry)
     assert reason_for(token, bridge.trust(), purpose="control", op=Operation.FORGET) is Reason.BAD_ASSERTION
 
 
 @pytest.mark.parametrize("op", [op for op in Operation if op is not Operation.FORGET])
-def test_an_entry_claim_on_any_token_but_forget_is_refused(bridge: Bridge, op: Operation):
+def test_an_entry_claim_on_any_token_but_forget_is_refused(bridge: Bridge, op: Operation) -> None:
     purpose = "offboard" if op is Operation.OFFBOARD else "control"
     token = bridge.sign(T, purpose, op=op.value, entry="0b8e4f5a-6d0c-4f7e-9a41-5f2b8c1d9e30")
     assert reason_for(token, bridge.trust(), purpose=purpose, op=op) is Reason.BAD_ASSERTION
@@ -215,18 +215,18 @@ def test_an_entry_claim_on_any_token_but_forget_is_refused(bridge: Bridge, op: O
     "token",
     ["a.b", "a.b.c.d", "!!.!!.!!", "e30.e30.e30", "x" * 5000, "é.é.é", 42, b"bytes", "eyJhbGciOiJFZERTQSJ9..", "..."],
 )
-def test_malformed_tokens_are_bad_assertions(bridge: Bridge, token: object):
+def test_malformed_tokens_are_bad_assertions(bridge: Bridge, token: object) -> None:
     assert reason_for(token, bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_a_padded_or_non_object_part_is_refused(bridge: Bridge):
+def test_a_padded_or_non_object_part_is_refused(bridge: Bridge) -> None:
     header, payload, signature = bridge.sign(T).split(".")
     assert reason_for(f"{header}=.{payload}.{signature}", bridge.trust()) is Reason.BAD_ASSERTION
     array = compact({"alg": "EdDSA"}, "[1, 2]", bridge.private_key.sign)
     assert reason_for(array, bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_the_public_key_loads_from_pem_text_or_a_file(bridge: Bridge, tmp_path: Path):
+def test_the_public_key_loads_from_pem_text_or_a_file(bridge: Bridge, tmp_path: Path) -> None:
     path = tmp_path / "bridge.pem"
     path.write_text(bridge.public_pem)
     for value in (bridge.public_pem, f"@{path}"):
@@ -253,7 +253,7 @@ def _with_signature_char(bridge: Bridge, wanted: str) -> str:
     return token
 
 
-def test_a_padded_token_is_refused_even_when_its_signature_covers_the_padding(bridge: Bridge):
+def test_a_padded_token_is_refused_even_when_its_signature_covers_the_padding(bridge: Bridge) -> None:
     header, payload, signature = bridge.sign(T).split(".")
     assert len(signature) % 4 == 2
     assert reason_for(f"{header}.{payload}.{signature}==", bridge.trust()) is Reason.BAD_ASSERTION
@@ -262,7 +262,7 @@ def test_a_padded_token_is_refused_even_when_its_signature_covers_the_padding(br
     assert reason_for(_signed(bridge, claims), bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_the_standard_alphabet_is_another_spelling_and_refused(bridge: Bridge):
+def test_the_standard_alphabet_is_another_spelling_and_refused(bridge: Bridge) -> None:
     token = _with_signature_char(bridge, "-_")
     assert verify(token, bridge.trust(), now=NOW, user_id=ALICE)
     respelled = token.translate(str.maketrans("-_", "+/"))
@@ -275,7 +275,7 @@ def test_the_standard_alphabet_is_another_spelling_and_refused(bridge: Bridge):
     assert reason_for(_signed(bridge, claims), bridge.trust()) is Reason.BAD_ASSERTION
 
 
-def test_non_zero_trailing_bits_are_another_spelling_and_refused(bridge: Bridge):
+def test_non_zero_trailing_bits_are_another_spelling_and_refused(bridge: Bridge) -> None:
     token = bridge.sign(T)
     head, _, signature = token.rpartition(".")
     alphabet = string.ascii_uppercase + string.ascii_lowercase + string.digits + "-_"
@@ -290,7 +290,7 @@ def test_non_zero_trailing_bits_are_another_spelling_and_refused(bridge: Bridge)
 @pytest.mark.parametrize("minted_for", list(Operation))
 def test_a_control_token_is_valid_for_the_operation_it_names_only(
     bridge: Bridge, minted_for: Operation, presented_for: Operation
-):
+) -> None:
     purpose = "offboard" if presented_for is Operation.OFFBOARD else "control"
     token = bridge.sign(T, purpose, op=minted_for.value)
     if minted_for is presented_for:
@@ -299,12 +299,12 @@ def test_a_control_token_is_valid_for_the_operation_it_names_only(
         assert reason_for(token, bridge.trust(), purpose=purpose, op=presented_for) is Reason.BAD_ASSERTION
 
 
-def test_only_changes_are_single_use():
+def test_only_changes_are_single_use() -> None:
     assert {op.value for op in Operation if op.single_use} == {"consent", "forget", "forget-all", "off", "offboard"}
 
 
 @pytest.mark.parametrize(("purpose", "op"), [("control", None), ("offboard", None), ("scope", Operation.STATUS)])
-def test_asking_for_a_purpose_without_its_operation_is_a_programming_error(bridge: Bridge, purpose, op):
+def test_asking_for_a_purpose_without_its_operation_is_a_programming_error(bridge: Bridge, purpose, op) -> None:
     with pytest.raises(TypeError):
         verify(bridge.sign(T), bridge.trust(), now=NOW, purpose=purpose, op=op)
 
@@ -333,19 +333,19 @@ NON_CANONICAL = [
 ]
 
 
-def test_the_identity_key_accepts_a_forged_signature_for_any_message():
+def test_the_identity_key_accepts_a_forged_signature_for_any_message() -> None:
     """Why the bridge key is checked: the library verifies R = identity, S = 0 under the identity key."""
     identity = Ed25519PublicKey.from_public_bytes(bytes.fromhex(SMALL_ORDER[2]))
     identity.verify(bytes.fromhex(SMALL_ORDER[2]) + bytes(32), b'{"sub": "@mallory:example.org"}')
 
 
 @pytest.mark.parametrize("encoding", SMALL_ORDER + NON_CANONICAL)
-def test_small_order_and_non_canonical_bridge_keys_are_refused(encoding: str):
+def test_small_order_and_non_canonical_bridge_keys_are_refused(encoding: str) -> None:
     with pytest.raises(ValueError):
         Trust.load_public_key(_pem(bytes.fromhex(encoding)))
 
 
-def test_a_key_with_a_small_order_component_is_refused(bridge: Bridge):
+def test_a_key_with_a_small_order_component_is_refused(bridge: Bridge) -> None:
     from kagent_memory_governed import ed25519
 
     genuine = bridge.private_key.public_key().public_bytes_raw()

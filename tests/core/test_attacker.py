@@ -43,7 +43,7 @@ from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
 from kagent_memory_governed.service import remote
 from kagent_memory_governed.service.remote import RemoteStore
 from kagent_memory_governed.service.wire import status
-from kagent_memory_governed.store import NewFact
+from kagent_memory_governed.store import NewFact, Store
 from kagent_memory_governed.testing import Bridge, embed
 from kagent_memory_governed.testing.bridge import HOMESERVER
 from kagent_memory_governed.testing.bridge import ISSUER as BRIDGE_ISSUER
@@ -77,7 +77,9 @@ def _agent(overlay: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def pod(tmp_path_factory: pytest.TempPathFactory, kube: tuple[Cluster, Key], governed_private_key) -> Pod:
+def pod(
+    tmp_path_factory: pytest.TempPathFactory, kube: tuple[Cluster, Key], governed_private_key: Ed25519PrivateKey
+) -> Pod:
     """The rendered Agent's pod: its env as given (a Secret reference would be resolved; there is none), and its
     volumes as the kubelet fills them: the projected token a real one of the cluster's keys, the CA and the
     bridge's key the Secrets' content; and the default service-account token kubelets mount unless told not to."""
@@ -115,7 +117,7 @@ def pod(tmp_path_factory: pytest.TempPathFactory, kube: tuple[Cluster, Key], gov
 
 
 @pytest.fixture(scope="module")
-def database(database_url: str, store) -> Iterator[PgBouncer]:
+def database(database_url: str, store: Store) -> Iterator[PgBouncer]:
     """The database as a cluster reaches it: over TCP, SCRAM, the password only the service's Secret holds."""
     DEBIAN_12.require()
     with PgBouncer({"memory": f"{server_of(database_url)} dbname=postgres"}, binary=DEBIAN_12) as bouncer:
@@ -127,7 +129,7 @@ def service(
     tmp_path_factory: pytest.TempPathFactory,
     database: PgBouncer,
     database_url: str,
-    governed_private_key,
+    governed_private_key: Ed25519PrivateKey,
     kube: tuple[Cluster, Key],
 ) -> Iterator[Service]:
     keys = f"file://{key_store_of(database_url)}"  # the suite's key store: bound to that database
@@ -138,7 +140,7 @@ def service(
 
 
 @pytest.fixture
-def signer(governed_private_key) -> ScopeSigner:
+def signer(governed_private_key: Ed25519PrivateKey) -> ScopeSigner:
     return ScopeSigner(governed_private_key, BRIDGE_ISSUER, HELPER)
 
 
@@ -203,7 +205,7 @@ async def _write_as_runtime(service: Service, pod: Pod, subject: Subject, genera
 # -- the database -----------------------------------------------------------------------------------------------
 
 
-async def test_nothing_an_agent_pod_holds_opens_the_database(pod: Pod, database: PgBouncer, service: Service):
+async def test_nothing_an_agent_pod_holds_opens_the_database(pod: Pod, database: PgBouncer, service: Service) -> None:
     held = pod.strings()
     assert not [name for name in pod.env if "DATABASE" in name or "KEY_STORE" in name]
     assert not any(PASSWORD in value for value in held)  # the service's Secret, never the pod's
@@ -229,7 +231,7 @@ async def test_nothing_an_agent_pod_holds_opens_the_database(pod: Pod, database:
 
 async def test_without_a_bridge_signed_scope_token_the_service_answers_nothing_of_memory(
     pod: Pod, service: Service, consented
-):
+) -> None:
     bearer = [("authorization", f"Bearer {_bearer(pod)}")]
     alice = consented["alice"][2]
     header, claimed, _ = alice.split(".")
@@ -257,8 +259,8 @@ async def test_without_a_bridge_signed_scope_token_the_service_answers_nothing_o
 
 
 async def test_one_users_token_reaches_that_scope_only_for_data_plane_work_until_it_expires(
-    pod: Pod, service: Service, consented, governed_private_key
-):
+    pod: Pod, service: Service, consented, governed_private_key: Ed25519PrivateKey
+) -> None:
     (alice, alice_generation, alice_token), (bob, bob_generation, bob_token) = consented["alice"], consented["bob"]
     await _write_as_runtime(service, pod, alice, alice_generation, alice_token, "alice keeps bees")
     await _write_as_runtime(service, pod, bob, bob_generation, bob_token, "bob collects stamps")
@@ -303,7 +305,7 @@ async def test_one_users_token_reaches_that_scope_only_for_data_plane_work_until
 
 async def test_this_agents_token_presented_by_another_agents_identity_is_refused(
     pod: Pod, service: Service, consented, kube: tuple[Cluster, Key], tmp_path: Path
-):
+) -> None:
     alice_token = consented["alice"][2]
     other = projected(tmp_path, kube[1], OTHER).read_text().strip()
     for method, request in _calls():

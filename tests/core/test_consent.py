@@ -9,6 +9,7 @@ import pytest
 
 from kagent_memory_governed.consent import Erasure, admit_generation, admit_label, grant_refusal
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.store import Store
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -20,7 +21,7 @@ FENCE = (
 
 
 @pytest.fixture
-def fenced(store, sql: asyncpg.Connection) -> asyncpg.Connection:
+def fenced(store: Store, sql: asyncpg.Connection) -> asyncpg.Connection:
     """A connection to the migrated test database (``store`` migrates it)."""
     return sql
 

@@ -12,6 +12,7 @@ from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import asyncpg
 import grpc
 import pytest
 from freezegun import freeze_time
@@ -110,7 +111,7 @@ async def raw(port: int, method: str, request: object, metadata: list[tuple[str,
     return grpc.StatusCode.OK, ""
 
 
-async def test_each_call_round_trips_through_the_service(store: Store, bridge: Bridge, client: RemoteStore):
+async def test_each_call_round_trips_through_the_service(store: Store, bridge: Bridge, client: RemoteStore) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     assert await client.refresh_policy() == store.policy
@@ -136,7 +137,7 @@ async def test_each_call_round_trips_through_the_service(store: Store, bridge: B
 
 async def test_the_service_answers_the_stores_refusals_as_reason_codes(
     store: Store, bridge: Bridge, client: RemoteStore
-):
+) -> None:
     key = scope_key()
     with presenting(token_for(bridge, key, 1)):
         assert await refusal(client.admit(key, 1, "save", units=1)) is Reason.CONSENT_MISSING
@@ -150,7 +151,7 @@ async def test_the_service_answers_the_stores_refusals_as_reason_codes(
 
 async def test_a_token_for_another_agent_is_refused_even_when_correctly_signed(
     store: Store, bridge: Bridge, port: int, tmp_path: Path
-):
+) -> None:
     key = scope_key(HELPER)
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     await store.write(key, generation, facts("likes green tea"))
@@ -175,7 +176,7 @@ async def test_a_token_for_another_agent_is_refused_even_when_correctly_signed(
 )
 async def test_a_refused_token_answers_its_reason_code(
     store: Store, bridge: Bridge, port: int, changes: dict[str, object], reason: Reason
-):
+) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     token = token_for(bridge, key, generation, **changes)
@@ -186,7 +187,9 @@ async def test_a_refused_token_answers_its_reason_code(
     assert (await store.status(key)).entries == 0
 
 
-async def test_a_token_past_its_lifetime_and_leeway_is_refused(store: Store, bridge: Bridge, client: RemoteStore):
+async def test_a_token_past_its_lifetime_and_leeway_is_refused(
+    store: Store, bridge: Bridge, client: RemoteStore
+) -> None:
     start = datetime.now(UTC).replace(microsecond=0)
     with freeze_time(start, real_asyncio=True) as frozen:
         key = scope_key()
@@ -198,7 +201,7 @@ async def test_a_token_past_its_lifetime_and_leeway_is_refused(store: Store, bri
             assert await refusal(client.admit(key, generation, "load", units=1)) is Reason.BAD_ASSERTION
 
 
-def test_a_token_verified_once_is_still_held_to_its_window(store: Store, bridge: Bridge):
+def test_a_token_verified_once_is_still_held_to_its_window(store: Store, bridge: Bridge) -> None:
     """The service keeps a verified scope token by its digest: on the same clock, the same answers as verifying it
     again, at both ends of its window."""
     start = datetime.now(UTC).replace(microsecond=0)
@@ -217,7 +220,7 @@ def test_a_token_verified_once_is_still_held_to_its_window(store: Store, bridge:
                 assert refused.value.reason is Reason.BAD_ASSERTION, moment
 
 
-async def test_a_token_verified_for_one_agent_is_refused_to_another(store: Store, bridge: Bridge, port: int):
+async def test_a_token_verified_for_one_agent_is_refused_to_another(store: Store, bridge: Bridge, port: int) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     token = token_for(bridge, key, generation)
@@ -245,7 +248,7 @@ async def test_a_token_verified_for_one_agent_is_refused_to_another(store: Store
 )
 async def test_a_call_without_a_known_identity_or_one_scope_token_is_refused(
     store: Store, bridge: Bridge, port: int, metadata: list[tuple[str, str]], reason: Reason
-):
+) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     token = token_for(bridge, key, generation)
@@ -256,7 +259,7 @@ async def test_a_call_without_a_known_identity_or_one_scope_token_is_refused(
 
 async def test_the_client_presents_only_the_token_of_the_scope_it_is_asked_about(
     store: Store, bridge: Bridge, client: RemoteStore
-):
+) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     assert await refusal(client.admit(key, generation, "load", units=1)) is Reason.NO_ASSERTION
@@ -265,7 +268,9 @@ async def test_the_client_presents_only_the_token_of_the_scope_it_is_asked_about
         assert await refusal(client.admit(key, generation + 1, "load")) is Reason.SCOPE_MISMATCH
 
 
-async def test_the_bearer_is_read_from_its_file_for_each_call(store: Store, bridge: Bridge, port: int, tmp_path: Path):
+async def test_the_bearer_is_read_from_its_file_for_each_call(
+    store: Store, bridge: Bridge, port: int, tmp_path: Path
+) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     path = bearer_file(tmp_path)
@@ -281,7 +286,7 @@ async def test_the_bearer_is_read_from_its_file_for_each_call(store: Store, brid
     await client.close()
 
 
-async def test_one_service_keeps_two_agents_apart(store: Store, bridge: Bridge, port: int, tmp_path: Path):
+async def test_one_service_keeps_two_agents_apart(store: Store, bridge: Bridge, port: int, tmp_path: Path) -> None:
     mine, theirs = scope_key(HELPER), scope_key(OTHER)  # the same user and room, two agents
     helper = RemoteStore.connect(f"http://127.0.0.1:{port}", token_file=bearer_file(tmp_path, "token-of-helper"))
     other = RemoteStore.connect(f"http://127.0.0.1:{port}", token_file=bearer_file(tmp_path, "token-of-other"))
@@ -304,7 +309,7 @@ async def test_one_service_keeps_two_agents_apart(store: Store, bridge: Bridge, 
 
 async def test_nothing_of_a_fact_reaches_a_log_line_or_a_status(
     store: Store, bridge: Bridge, client: RemoteStore, port: int, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     caplog.set_level(logging.DEBUG)
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -367,7 +372,7 @@ class Misbehaving:
 )
 async def test_a_service_down_slow_or_answering_garbage_is_service_unavailable(
     bridge: Bridge, tmp_path: Path, answer: str, cause: str
-):
+) -> None:
     key = scope_key()
     grpc_server = grpc.aio.server()
     grpc_server.add_generic_rpc_handlers((Misbehaving(answer).handler(),))
@@ -385,7 +390,7 @@ async def test_a_service_down_slow_or_answering_garbage_is_service_unavailable(
     assert "zebra" not in failed.value.explained()
 
 
-async def test_every_handler_is_bounded_in_time(store: Store, bridge: Bridge, client: RemoteStore):
+async def test_every_handler_is_bounded_in_time(store: Store, bridge: Bridge, client: RemoteStore) -> None:
     class Hanging:
         async def agent(self, metadata: Mapping[str, str]) -> AgentId:
             await asyncio.Event().wait()
@@ -404,7 +409,7 @@ async def test_every_handler_is_bounded_in_time(store: Store, bridge: Bridge, cl
     assert answer == (grpc.StatusCode.UNAVAILABLE, "store_unavailable")
 
 
-async def test_plaintext_goes_to_a_loopback_address_only(store: Store, bridge: Bridge, tmp_path: Path):
+async def test_plaintext_goes_to_a_loopback_address_only(store: Store, bridge: Bridge, tmp_path: Path) -> None:
     token = bearer_file(tmp_path)
     for url in ("http://memory.example:7443", "http://10.0.0.7:7443", "ftp://127.0.0.1:1", "https://h", "http://[::1]"):
         with pytest.raises(ConfigurationError):
@@ -426,8 +431,8 @@ def vectors(count: int) -> list[pb.Vector]:
 
 
 async def test_searches_and_writes_without_admit_are_spent_against_the_hourly_ceiling(
-    store: Store, bridge: Bridge, port: int, sql
-):
+    store: Store, bridge: Bridge, port: int, sql: asyncpg.Connection
+) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     metadata = [("authorization", "Bearer token-of-helper"), ("x-memory-scope", token_for(bridge, key, generation))]
@@ -444,8 +449,8 @@ async def test_searches_and_writes_without_admit_are_spent_against_the_hourly_ce
 
 
 async def test_admit_records_a_search_or_a_write_once_and_its_call_takes_it(
-    store: Store, bridge: Bridge, client: RemoteStore, sql
-):
+    store: Store, bridge: Bridge, client: RemoteStore, sql: asyncpg.Connection
+) -> None:
     """Admit records what it admits, as the in-process runtime's admission does; the call it admitted takes it and
     spends nothing more; any other call is admitted and recorded where it is done."""
     key = scope_key()
@@ -470,8 +475,8 @@ async def test_admit_records_a_search_or_a_write_once_and_its_call_takes_it(
 
 
 async def test_an_admission_awaiting_its_call_lapses_and_is_no_pass_through_the_fence(
-    store: Store, bridge: Bridge, client: RemoteStore, sql
-):
+    store: Store, bridge: Bridge, client: RemoteStore, sql: asyncpg.Connection
+) -> None:
     """What ``Admit`` recorded for a search waits ``SPENT_SECONDS`` for it, then the search is admitted and spent
     again; and it is no pass: a withdrawal between the two still refuses the search (the store's fence)."""
     start = datetime.now(UTC).replace(microsecond=0)
@@ -490,7 +495,9 @@ async def test_an_admission_awaiting_its_call_lapses_and_is_no_pass_through_the_
         assert await sql.fetchval(HOURLY) == 3
 
 
-async def test_an_explicit_search_is_rate_limited_per_sender_where_it_is_done(store: Store, bridge: Bridge, port: int):
+async def test_an_explicit_search_is_rate_limited_per_sender_where_it_is_done(
+    store: Store, bridge: Bridge, port: int
+) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     metadata = [("authorization", "Bearer token-of-helper"), ("x-memory-scope", token_for(bridge, key, generation))]
@@ -511,8 +518,8 @@ async def test_an_explicit_search_is_rate_limited_per_sender_where_it_is_done(st
     ids=["search-unnamed", "search-as-save", "search-as-summarize", "write-as-load", "write-unnamed"],
 )
 async def test_a_search_or_write_named_as_other_work_is_bad_input_and_spends_nothing(
-    store: Store, bridge: Bridge, port: int, sql, method: str, request_: object
-):
+    store: Store, bridge: Bridge, port: int, sql: asyncpg.Connection, method: str, request_: object
+) -> None:
     key = scope_key()
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     metadata = [("authorization", "Bearer token-of-helper"), ("x-memory-scope", token_for(bridge, key, generation))]

@@ -58,7 +58,7 @@ def _generated() -> dict[str, set[tuple[str, int, str, str]]]:
     return messages
 
 
-def test_the_committed_descriptor_is_the_protos():
+def test_the_committed_descriptor_is_the_protos() -> None:
     assert pb.DESCRIPTOR.package == "governed_memory.v1" == re.search(r"^package ([\w.]+);", PROTO, re.M)[1]
     assert _generated() == _declared()
     [service] = pb.DESCRIPTOR.services_by_name.values()
@@ -67,12 +67,12 @@ def test_the_committed_descriptor_is_the_protos():
     assert methods == set(re.findall(r"rpc (\w+)\((\w+)\) returns \((\w+)\);", PROTO))
 
 
-def test_no_request_names_a_principal_a_room_or_an_agent():
+def test_no_request_names_a_principal_a_room_or_an_agent() -> None:
     named = {field for name, fields in _declared().items() if name.endswith("Request") for field, *_ in fields}
     assert not {field for field in named if re.search(r"principal|user|room|agent|scope|generation|gen$", field)}
 
 
-def test_the_policy_answer_is_the_policy_field_for_field():
+def test_the_policy_answer_is_the_policy_field_for_field() -> None:
     assert [field.name for field in pb.PolicyReply.DESCRIPTOR.fields] == list(Policy.model_fields)
 
 
@@ -82,7 +82,7 @@ def _pinned(lock: Path, name: str) -> tuple[int, ...]:
 
 
 @pytest.mark.parametrize("lock", sorted((ROOT / "locks").glob("kagent-adk-*.txt")), ids=lambda path: path.stem)
-def test_the_generated_code_runs_on_the_protobuf_and_grpcio_of_every_lock(lock: Path):
+def test_the_generated_code_runs_on_the_protobuf_and_grpcio_of_every_lock(lock: Path) -> None:
     gencode = re.search(r"^# Protobuf Python Version: ([\d.]+)$", (SERVICE / "data_plane_pb2.py").read_text(), re.M)
     generated = re.search(
         r"^GRPC_GENERATED_VERSION = '([\d.]+)'$", (SERVICE / "data_plane_pb2_grpc.py").read_text(), re.M
@@ -94,13 +94,13 @@ def test_the_generated_code_runs_on_the_protobuf_and_grpcio_of_every_lock(lock: 
     assert _pinned(lock, "grpcio") >= tuple(int(part) for part in generated[1].split("."))
 
 
-def test_the_clients_token_bound_is_the_verifiers():
+def test_the_clients_token_bound_is_the_verifiers() -> None:
     from kagent_memory_governed.assertion import MAX_TOKEN_BYTES
 
     assert wire.MAX_TOKEN_CHARS == MAX_TOKEN_BYTES
 
 
-def test_every_reason_code_travels_with_its_status_and_nothing_else_is_one():
+def test_every_reason_code_travels_with_its_status_and_nothing_else_is_one() -> None:
     assert set(wire.STATUS) == set(Reason)
     assert grpc.StatusCode.OK not in wire.STATUS.values() and grpc.StatusCode.UNKNOWN not in wire.STATUS.values()
     assert wire.reason_of(grpc.StatusCode.FAILED_PRECONDITION, "consent_stale") is Reason.CONSENT_STALE
@@ -110,11 +110,11 @@ def test_every_reason_code_travels_with_its_status_and_nothing_else_is_one():
 
 
 @pytest.mark.parametrize("name", ["Hit", "Turn"])
-def test_the_client_answers_the_stores_own_values(name: str):
+def test_the_client_answers_the_stores_own_values(name: str) -> None:
     assert getattr(values, name) is getattr(store_values, name)  # one class: a search answers the same either way
 
 
-def test_the_client_imports_nothing_of_the_server_or_the_store():
+def test_the_client_imports_nothing_of_the_server_or_the_store() -> None:
     tree = ast.parse((SERVICE / "remote.py").read_text())
     imported = {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     imported |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import) for alias in node.names}
@@ -145,9 +145,9 @@ HEAVY = re.compile(
 )
 
 
-def test_loading_the_client_loads_no_database_code():
+def test_loading_the_client_loads_no_database_code() -> None:
     assert not {name for name in _loaded(bypass=True) if HEAVY.match(name)}
 
 
-def test_importing_the_client_through_the_package_loads_no_database_code():
+def test_importing_the_client_through_the_package_loads_no_database_code() -> None:
     assert not {name for name in _loaded(bypass=False) if HEAVY.match(name)}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import socket
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -54,14 +55,14 @@ async def _cause(url: str) -> tuple[Reason, str | None]:
     return refused.value.reason, refused.value.cause
 
 
-async def test_each_database_failure_names_its_cause(database_url: str, store: Store, tmp_path):
+async def test_each_database_failure_names_its_cause(database_url: str, store: Store, tmp_path: Path) -> None:
     assert await _cause(_with(database_url, user="nobody")) == (Reason.STORE_UNAVAILABLE, "authentication_failed")
     assert await _cause(_with(database_url, database="no_such_db")) == (Reason.STORE_UNAVAILABLE, "database_missing")
     nowhere = f"postgresql+asyncpg://postgres@/postgres?host={tmp_path}"
     assert await _cause(nowhere) == (Reason.STORE_UNAVAILABLE, "connection_refused")
 
 
-def test_causes_are_read_through_the_drivers_exception_chain():
+def test_causes_are_read_through_the_drivers_exception_chain() -> None:
     def chained(outer: Exception, inner: BaseException) -> Exception:
         outer.__cause__ = inner
         return outer
@@ -71,7 +72,7 @@ def test_causes_are_read_through_the_drivers_exception_chain():
     assert cause_of(RuntimeError("anything else")) is None
 
 
-async def test_a_role_that_may_not_create_pgvector_is_told_what_a_dba_must_run(admin, scratch: str):
+async def test_a_role_that_may_not_create_pgvector_is_told_what_a_dba_must_run(admin, scratch: str) -> None:
     role = f"limited_{uuid.uuid4().hex[:8]}"
     await admin.execute(f'CREATE ROLE "{role}" LOGIN')
     await admin.execute(f'ALTER DATABASE "{SCRATCH}" OWNER TO "{role}"')
@@ -82,7 +83,7 @@ async def test_a_role_that_may_not_create_pgvector_is_told_what_a_dba_must_run(a
         await admin.execute(f'DROP ROLE "{role}"')
 
 
-async def test_a_database_newer_than_the_package_is_refused_naming_both_revisions(scratch: str):
+async def test_a_database_newer_than_the_package_is_refused_naming_both_revisions(scratch: str) -> None:
     store = Store.connect(scratch, Policy(), keys=keys_of(scratch))
     try:
         head = await store.migrate()
@@ -98,7 +99,7 @@ async def test_a_database_newer_than_the_package_is_refused_naming_both_revision
         await store.close()
 
 
-async def test_migrate_goes_down_to_a_named_revision_and_back(scratch: str):
+async def test_migrate_goes_down_to_a_named_revision_and_back(scratch: str) -> None:
     store = Store.connect(scratch, Policy(), keys=keys_of(scratch))
     try:
         head = await store.migrate()

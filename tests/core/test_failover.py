@@ -174,7 +174,7 @@ async def _as_acknowledged(dsn: str, store: Store, replica: Store, scopes: dict[
 
 async def test_a_failover_to_a_standby_behind_acknowledged_erasures_never_undoes_them(
     primary: SimpleNamespace, admin: asyncpg.Connection, servers: list[Standby]
-):
+) -> None:
     replica_server = standby(primary.data, "behind")
     servers.append(replica_server)
     await streaming(admin, "behind", "async")
@@ -192,7 +192,7 @@ async def test_a_failover_to_a_standby_behind_acknowledged_erasures_never_undoes
 
 async def test_a_restore_from_a_base_backup_taken_before_acknowledged_erasures_never_undoes_them(
     primary: SimpleNamespace, admin: asyncpg.Connection, servers: list[Standby]
-):
+) -> None:
     """The operator restores last night's backup into a new server and points the replicas at it (here: the
     multi-host URL names it second, so they reach it once the primary is gone)."""
     restored = private_directory("restore") / "before_erasures"
@@ -210,7 +210,7 @@ async def test_a_restore_from_a_base_backup_taken_before_acknowledged_erasures_n
 
 async def test_a_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
     primary: SimpleNamespace, admin: asyncpg.Connection, servers: list[Standby]
-):
+) -> None:
     """The guarantee docs/operator.md states for synchronous replication: the promoted standby holds every erasure
     the primary acknowledged, with nothing to bring forward."""
     replica_server = standby(primary.data, "in_step")
@@ -248,7 +248,7 @@ async def test_a_failover_to_a_synchronous_standby_loses_nothing_acknowledged(
 
 async def test_work_behind_an_erasure_the_database_has_is_stale_and_nothing_moves_back(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """A keyring that records a later erasure than the work's generation, while the database has it too (the work
     raced the erasure): ``consent_stale``, nothing brought forward; and a record older than the database moves
     nothing back."""
@@ -283,7 +283,7 @@ class _Unanswering:
 
 async def test_admission_and_sweep_fail_closed_when_the_key_store_cannot_say_what_it_erased(
     store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """Admission waits for the keyring (it records the scope's last erasure): unanswered, the work is refused
     ``key_unavailable`` with its ledger row, before any model call. ``sweep`` does the rest of its run and then
     fails, so the CronJob shows that some scope could not be checked."""
@@ -303,7 +303,7 @@ async def test_admission_and_sweep_fail_closed_when_the_key_store_cannot_say_wha
 
 async def test_a_scope_the_database_lost_whole_is_granted_again_above_the_key_stores_last_erasure(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """A restore from before the scope existed: a new grant is a new consent, and starts above the erasure the key
     store recorded, so nothing brings it back down to that withdrawal."""
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -318,7 +318,7 @@ async def test_a_scope_the_database_lost_whole_is_granted_again_above_the_key_st
 
 async def test_a_scope_is_brought_forward_only_once_its_keyless_rows_are_gone(
     store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """The rows first, then the advance: with a key store that cannot answer, nothing moves (the next check
     brings the scope forward); once it answers, rows whose keys it holds stay."""
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -348,7 +348,7 @@ async def _gone_back(sql: asyncpg.Connection, key: ScopeKey, generation: int) ->
 
 async def test_an_erasure_on_a_database_behind_a_withdrawal_never_re_enables_the_scope(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """forget-all resumes consent as it finds it: on a database that lost an off, it first brings the scope forward
     to the withdrawal, so it settles disabled; and its record does not wash out the withdrawal's."""
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -364,7 +364,7 @@ async def test_an_erasure_on_a_database_behind_a_withdrawal_never_re_enables_the
 
 async def test_a_write_or_a_search_without_admission_is_refused_on_a_database_behind_an_erasure(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """The service's data plane serves Write and Search without an Admit first: each compares the keyring's record
     with its generation itself."""
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -381,7 +381,7 @@ async def test_a_write_or_a_search_without_admission_is_refused_on_a_database_be
 
 async def test_a_grant_is_refused_while_the_key_store_cannot_say_what_it_erased(
     store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """From generation 0 a grant would sit below the record and be brought back down to it, disabled."""
     replica = Store.connect(database_url, Policy(), keys=_Unanswering(store.key_store))  # type: ignore[arg-type]
     try:
@@ -391,7 +391,7 @@ async def test_a_grant_is_refused_while_the_key_store_cannot_say_what_it_erased(
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.scopes WHERE scope_id = $1", key.scope_id) == 0
 
 
-async def test_status_counts_only_the_entries_whose_keys_the_key_store_holds(store: Store, key: ScopeKey):
+async def test_status_counts_only_the_entries_whose_keys_the_key_store_holds(store: Store, key: ScopeKey) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     lost, _ = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
     await store.key_store.destroy(key.scope_id, entries=[lost])  # a key the key store no longer holds

@@ -49,7 +49,7 @@ def refused_cleanly(call, value, reason: Reason = Reason.BAD_INPUT) -> None:
 @given(
     value=st.one_of(anything, confusable_mxids), origin=st.one_of(anything, st.sampled_from(["native", "appservice"]))
 )
-def test_principals_parse_or_refuse_with_bad_input(value, origin):
+def test_principals_parse_or_refuse_with_bad_input(value, origin) -> None:
     try:
         principal = Principal.parse(value, origin)
     except GovernedMemoryError as refused:
@@ -61,7 +61,7 @@ def test_principals_parse_or_refuse_with_bad_input(value, origin):
 
 @settings(max_examples=300, deadline=None)
 @given(value=anything)
-def test_rooms_and_agents_parse_or_refuse_with_bad_input(value):
+def test_rooms_and_agents_parse_or_refuse_with_bad_input(value) -> None:
     refused_cleanly(ControlRoom.parse, value)
     refused_cleanly(AgentId.parse, value)
 
@@ -75,7 +75,7 @@ def test_rooms_and_agents_parse_or_refuse_with_bad_input(value):
         anything,
     )
 )
-def test_facts_are_admitted_exactly_up_to_512_bytes(fact):
+def test_facts_are_admitted_exactly_up_to_512_bytes(fact) -> None:
     try:
         admitted = admit_fact(fact, Policy())
     except GovernedMemoryError as refused:
@@ -88,7 +88,7 @@ def test_facts_are_admitted_exactly_up_to_512_bytes(fact):
 
 @settings(max_examples=200, deadline=None)
 @given(vector=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3)), max_size=800))
-def test_embeddings_are_admitted_or_bad_input(vector):
+def test_embeddings_are_admitted_or_bad_input(vector) -> None:
     refused_cleanly(admit_embedding, vector)
 
 
@@ -101,7 +101,7 @@ def test_embeddings_are_admitted_or_bad_input(vector):
         ).map(".".join),
     )
 )
-def test_arbitrary_tokens_are_refused_with_an_assertion_code(bridge: Bridge, token):
+def test_arbitrary_tokens_are_refused_with_an_assertion_code(bridge: Bridge, token) -> None:
     with pytest.raises(GovernedMemoryError) as refused:
         verify(token, bridge.trust(), now=NOW, user_id="@alice:example.org")
     assert refused.value.reason in (Reason.NO_ASSERTION, Reason.BAD_ASSERTION)
@@ -114,7 +114,9 @@ def test_arbitrary_tokens_are_refused_with_an_assertion_code(bridge: Bridge, tok
         st.sampled_from(["iss", "aud", "sub", "origin", "room", "scope", "gen", "iat", "exp", "jti"]), anything
     ),
 )
-def test_signed_tokens_with_arbitrary_headers_and_claims_never_verify_by_accident(bridge: Bridge, header, claims):
+def test_signed_tokens_with_arbitrary_headers_and_claims_never_verify_by_accident(
+    bridge: Bridge, header, claims
+) -> None:
     token = compact({"alg": "EdDSA", **header}, claims, bridge.private_key.sign)
     try:
         verify(token, bridge.trust(), now=NOW, user_id="@alice:example.org")
@@ -124,7 +126,7 @@ def test_signed_tokens_with_arbitrary_headers_and_claims_never_verify_by_acciden
     raise AssertionError("a token of arbitrary claims verified")
 
 
-def test_a_huge_header_is_refused_before_parsing(bridge: Bridge):
+def test_a_huge_header_is_refused_before_parsing(bridge: Bridge) -> None:
     header = {"alg": "EdDSA", "kid": "k" * 10_000}
     token = compact(header, bridge.claims(time.time()), bridge.private_key.sign)
     with pytest.raises(GovernedMemoryError, match="bad_assertion"):

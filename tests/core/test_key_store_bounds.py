@@ -59,7 +59,7 @@ async def _mismatch(work: object) -> str | None:
     return refused.cause
 
 
-async def test_a_key_store_serves_the_one_database_it_was_bound_to(fresh: list[str], key: ScopeKey):
+async def test_a_key_store_serves_the_one_database_it_was_bound_to(fresh: list[str], key: ScopeKey) -> None:
     """Before, any key store "verified" erasures of keys it never held: a replica or a ``migrate`` run with
     another key store served and erased without a word."""
     first, second = fresh
@@ -97,7 +97,7 @@ async def test_a_key_store_serves_the_one_database_it_was_bound_to(fresh: list[s
         await store.close()
 
 
-def test_sweep_with_a_key_store_of_another_database_refuses_in_one_line(fresh: list[str]):
+def test_sweep_with_a_key_store_of_another_database_refuses_in_one_line(fresh: list[str]) -> None:
     first, second = fresh
     keys = private_directory("bound-cli")
 
@@ -128,7 +128,7 @@ def _key() -> EntryKey:
     return EntryKey(os.urandom(32), os.urandom(16), 1)
 
 
-async def test_a_keyring_a_killed_writer_left_counts_until_the_next_change_removes_it(tmp_path: Path):
+async def test_a_keyring_a_killed_writer_left_counts_until_the_next_change_removes_it(tmp_path: Path) -> None:
     """Before, the new keyring of a process killed before its rename stayed beside the real one: nothing removed
     or counted it, ``destroyed`` said true, and with the ``kek`` it reopened erased entries from any copy."""
     keys = LocalKeyStore(tmp_path / "keys")
@@ -193,7 +193,7 @@ asyncio.run(main())
 
 async def test_no_replica_keeps_an_erased_key_past_the_kept_keyrings_bound(
     store: Store, database_url: str, key: ScopeKey
-):
+) -> None:
     """The replica that erases drops its kept keyring when the erasure starts; another replica process, which
     read the scope before and never again, drops it when its timer fires, 60 s after its fetch. Before, a cipher
     of every key opened stayed referenced in a module-level cache of every replica until restart."""
@@ -238,7 +238,7 @@ class _Keeping(LocalKeyStore):
 
 async def test_sweep_deletes_expired_rows_only_once_their_keys_are_verified_gone(
     store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """Before, ``sweep`` destroyed the keys of expired entries and deleted their rows without asking whether the
     key store could still give them back."""
     keeping = _Keeping(store.key_store.root)
@@ -260,7 +260,7 @@ async def test_sweep_deletes_expired_rows_only_once_their_keys_are_verified_gone
 
 async def test_an_erasure_that_failed_closed_names_its_cause_in_the_ledger_and_one_log_line(
     store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     """Before, a failed-closed erasure left ``erasure_failed`` and nothing else: no cause in any log or ledger."""
     replica = Store.connect(database_url, Policy(), keys=_Keeping(store.key_store.root))
     try:
@@ -282,7 +282,7 @@ async def test_an_erasure_that_failed_closed_names_its_cause_in_the_ledger_and_o
 
 async def test_the_database_deletes_entries_only_for_code_that_destroyed_their_keys(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """What a replica of an earlier release would do beside a migrated database: delete rows without destroying
     their keys (its sweep), call ``clear`` as it knew it (its erasures). Both are refused by the database, and the
     erasure it fenced is left unfinished for this release to complete, keys first."""
@@ -301,11 +301,12 @@ async def test_the_database_deletes_entries_only_for_code_that_destroyed_their_k
         )
     assert entry in await store.key_store.fetch(key.scope_id)  # nothing was deleted, nothing destroyed
     status = await store.status(key)  # this release completes the erasure first: keys, then rows
+    assert status.last_erasure is not None
     assert (status.enabled, status.entries, status.last_erasure.result.value) == (False, 0, "verified")
     assert entry not in await store.key_store.fetch(key.scope_id)
 
 
-async def test_a_lost_server_drops_every_kept_keyring(key: ScopeKey):
+async def test_a_lost_server_drops_every_kept_keyring(key: ScopeKey) -> None:
     """A failover or a restore brings back a database that may be behind the erasures the key store has seen:
     before, a replica kept the keyrings it fetched from the old server, and the promoted one's rows (its scope
     enabled again, at the generation those keyrings were kept for) opened with them."""

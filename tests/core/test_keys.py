@@ -70,7 +70,7 @@ def _key(generation: int = 1) -> EntryKey:
     return EntryKey(os.urandom(32), os.urandom(16), generation)
 
 
-async def test_a_key_store_keeps_every_key_and_destroys_exactly_what_it_is_asked(key_store):
+async def test_a_key_store_keeps_every_key_and_destroys_exactly_what_it_is_asked(key_store) -> None:
     scope = uuid.uuid4()
     early = {uuid.uuid4(): _key(1) for _ in range(3)}
     later = {uuid.uuid4(): _key(2) for _ in range(20)}
@@ -89,7 +89,7 @@ async def test_a_key_store_keeps_every_key_and_destroys_exactly_what_it_is_asked
     assert await key_store.fetch(uuid.uuid4()) == {}
 
 
-async def test_a_key_store_records_a_scopes_last_erasure_only_forward_and_never_destroys_the_record(key_store):
+async def test_a_key_store_records_a_scopes_last_erasure_only_forward_and_never_destroys_the_record(key_store) -> None:
     """The keyring's record of its last erasure (``Fence``), written with the destroy: a later erasure replaces it,
     an earlier one arriving late does not; no erasure destroys it, ``destroyed`` never counts it, and a scope that
     had no keyring gets one holding the record alone."""
@@ -111,7 +111,7 @@ async def test_a_key_store_records_a_scopes_last_erasure_only_forward_and_never_
     assert fence_of(await key_store.fetch(scope)) == Fence(4, withdrawn=False)
 
 
-async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao: SimpleNamespace):
+async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao: SimpleNamespace) -> None:
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
     scope, entry = uuid.uuid4(), uuid.uuid4()
     await keys.store(scope, {entry: _key()})
@@ -140,7 +140,7 @@ async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao:
 
 async def test_the_store_over_openbao_seals_recalls_and_erases_by_destroying_keys(
     over_openbao: Store, key: ScopeKey, openbao: SimpleNamespace
-):
+) -> None:
     store = over_openbao
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     first, second = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
@@ -159,7 +159,7 @@ async def test_the_store_over_openbao_seals_recalls_and_erases_by_destroying_key
 
 async def test_a_kept_keyring_is_fetched_again_after_another_replica_erased(
     store: Store, database_url: str, key: ScopeKey, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     """Replica B keeps the keyring it fetched at generation g; A forgets an entry (g + 1). B's next search, at
     g + 1, fetches again (its kept keyring is for g), and a search at g is refused by the fence."""
     replica = Store.connect(database_url, Policy(), keys=LocalKeyStore(store.key_store.root))  # the same keys
@@ -189,7 +189,7 @@ async def test_a_kept_keyring_is_fetched_again_after_another_replica_erased(
 
 async def test_an_unreachable_key_store_refuses_work_and_an_erasure_waits_disabled_then_completes(
     store: Store, database_url: str, key: ScopeKey, tmp_path: Path, sql: asyncpg.Connection
-):
+) -> None:
     """Fence, then the key store fails before its keys are destroyed: the scope stays disabled, nothing is
     read or written; when the key store is back, the next operation destroys the keys, deletes and settles."""
     keys = LocalKeyStore(tmp_path / "keys")
@@ -204,10 +204,12 @@ async def test_an_unreachable_key_store_refuses_work_and_an_erasure_waits_disabl
         assert await refusal(replica.write(key, generation, facts("new"))) is Reason.KEY_UNAVAILABLE
         assert await refusal(replica.forget_all(key)) is Reason.ERASURE_FAILED
         status = await replica.status(key)
+        assert status.last_erasure is not None
         assert (status.enabled, status.last_erasure.result, status.entries) == (False, Erasure.FAILED, 1)
         (tmp_path / "keys").unlink()
         (tmp_path / "away").rename(tmp_path / "keys")
         status = await replica.status(key)  # completes the erasure first
+        assert status.last_erasure is not None
         assert (status.enabled, status.last_erasure.result, status.entries) == (True, Erasure.VERIFIED, 0)
         assert await keys.destroyed(key.scope_id, entries=[entry])
         assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries WHERE scope_id = $1", key.scope_id) == 0
@@ -217,7 +219,7 @@ async def test_an_unreachable_key_store_refuses_work_and_an_erasure_waits_disabl
 
 async def test_an_erasure_killed_after_its_keys_were_destroyed_is_completed_by_sweep(
     store: Store, key: ScopeKey, monkeypatch: pytest.MonkeyPatch, sql: asyncpg.Connection
-):
+) -> None:
     """The keys go first, while the fence keeps readers out; a failure before the delete leaves rows nobody
     can open, and the scope disabled until ``sweep`` deletes, verifies and settles."""
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -236,6 +238,7 @@ async def test_an_erasure_killed_after_its_keys_were_destroyed_is_completed_by_s
     assert await sql.fetchval("SELECT count(*) FROM governed_memory.entries WHERE scope_id = $1", key.scope_id) == 2
     await store.sweep()
     status = await store.status(key)
+    assert status.last_erasure is not None
     assert (status.enabled, status.last_erasure.result, status.entries) == (False, Erasure.VERIFIED, 0)
 
 
@@ -261,7 +264,7 @@ class _Beside:
 
 async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_keys(
     key_store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """Those keys belong to writes the fence refuses, so they open nothing; what must be gone are the keys of
     the rows the erasure deletes. Before, the erasure failed closed whenever the writers outlasted its three
     destroy-and-verify rounds."""
@@ -273,6 +276,7 @@ async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_k
         beside.generation = generation
         await replica.forget_all(key)
         status = await replica.status(key)
+        assert status.last_erasure is not None
         assert (status.enabled, status.last_erasure.result, status.entries) == (True, Erasure.VERIFIED, 0)
         assert await key_store.destroyed(key.scope_id, entries=written)
         assert len(beside.stale) >= 3  # the writers outlasted every round of destroy and verify
@@ -284,7 +288,7 @@ async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_k
 
 async def test_an_erasure_whose_keys_survive_fails_closed_however_it_is_verified(
     key_store, database_url: str, key: ScopeKey
-):
+) -> None:
     beside = _Beside(key_store, destroying=False)
     replica = Store.connect(database_url, Policy(), keys=beside)
     try:
@@ -293,6 +297,7 @@ async def test_an_erasure_whose_keys_survive_fails_closed_however_it_is_verified
         beside.generation = generation
         assert await refusal(replica.off(key)) is Reason.ERASURE_FAILED
         status = await replica.status(key)  # tries to complete it first, and cannot
+        assert status.last_erasure is not None
         assert (status.enabled, status.last_erasure.result, status.entries) == (False, Erasure.FAILED, 2)
         assert set(written) <= set(await key_store.fetch(key.scope_id))
     finally:
@@ -312,8 +317,8 @@ async def _rows(sql: asyncpg.Connection, key: ScopeKey) -> list[tuple]:
 
 @pytest.mark.parametrize("kind", ["local", "openbao"])
 async def test_rotating_the_key_encryption_key_rewrites_no_entry(
-    kind: str, database_url: str, key: ScopeKey, tmp_path: Path, sql: asyncpg.Connection, request
-):
+    kind: str, database_url: str, key: ScopeKey, tmp_path: Path, sql: asyncpg.Connection, request: pytest.FixtureRequest
+) -> None:
     if kind == "local":
         keys = LocalKeyStore(tmp_path / "keys")
     else:
@@ -347,7 +352,7 @@ async def test_rotating_the_key_encryption_key_rewrites_no_entry(
 
 async def test_a_lost_key_store_is_a_loss_of_memory_never_a_leak_and_a_restored_one_is_the_bound(
     database_url: str, key: ScopeKey, tmp_path: Path
-):
+) -> None:
     """Without its keys nothing reads back, nothing fails open; the entries can still be erased. A restored
     key-store backup brings back every key it held, including those of entries erased after it was taken:
     that backup's retention is how long an erased entry stays recoverable from a database backup as old."""
@@ -376,12 +381,12 @@ async def test_a_lost_key_store_is_a_loss_of_memory_never_a_leak_and_a_restored_
     "url",
     ["vault://host/kmg", "openbao+http://bao.example:8200/kmg", "openbao+https://u:p@bao/kmg", "file:relative"],
 )
-def test_a_key_store_url_this_package_cannot_use_is_refused_without_its_value(url: str):
+def test_a_key_store_url_this_package_cannot_use_is_refused_without_its_value(url: str) -> None:
     with pytest.raises(ValueError) as refused:
         check_url(url)
     assert "KAGENT_GOVERNED_MEMORY_KEY_STORE" in str(refused.value) and url not in str(refused.value)
 
 
-def test_usable_key_store_urls():
+def test_usable_key_store_urls() -> None:
     for url in ("file:///var/lib/keys", "openbao+https://bao.example:8200/kmg", "openbao+http://127.0.0.1:8200/kmg"):
         check_url(url)

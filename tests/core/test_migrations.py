@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from pathlib import Path
 
 import asyncpg
 import pytest
@@ -31,14 +32,14 @@ async def fresh_database(database_url: str, sql: asyncpg.Connection):
     await sql.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
-async def test_migrate_reaches_head_and_is_idempotent(store: Store):
+async def test_migrate_reaches_head_and_is_idempotent(store: Store) -> None:
     assert Store.head_revision() == "0014"
     assert await store.migrate() == "0014"
     assert await store.migrate() == "0014"
     await store.check_ready()
 
 
-async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: str, tmp_path):
+async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: str, tmp_path: Path) -> None:
     keys = tmp_path / "keys"  # a database of its own has a key store of its own (store/binding.py)
     first = Store.connect(fresh_database, Policy(), keys=LocalKeyStore(keys))
     second = Store.connect(fresh_database, Policy(), keys=LocalKeyStore(keys))
@@ -54,7 +55,7 @@ async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: 
         await second.close()
 
 
-async def test_the_declared_schema_matches_the_migrations(store: Store, database_url: str):
+async def test_the_declared_schema_matches_the_migrations(store: Store, database_url: str) -> None:
     engine = create_async_engine(database_url)
     try:
         async with engine.connect() as conn:
@@ -75,7 +76,9 @@ async def test_the_declared_schema_matches_the_migrations(store: Store, database
         await engine.dispose()
 
 
-async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key(sql: asyncpg.Connection, store):
+async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key(
+    sql: asyncpg.Connection, store: Store
+) -> None:
     storage = await sql.fetch(
         "SELECT attstorage::text FROM pg_attribute WHERE attrelid = 'governed_memory.entries'::regclass"
         " AND attname IN ('plain_embedding', 'sealed')"
@@ -88,7 +91,7 @@ async def test_entries_keep_vectors_inline_and_the_scope_leads_every_content_key
     assert leading == "scope_id"
 
 
-async def test_the_database_refuses_orphan_entries_and_wrong_dimensions(sql: asyncpg.Connection, store):
+async def test_the_database_refuses_orphan_entries_and_wrong_dimensions(sql: asyncpg.Connection, store: Store) -> None:
     insert = (
         "INSERT INTO governed_memory.entries (scope_id, entry_id, plain_text, plain_embedding, generation,"
         " created_at, expires_at) VALUES (gen_random_uuid(), gen_random_uuid(), 'x', $1, 1, now(),"
@@ -100,7 +103,9 @@ async def test_the_database_refuses_orphan_entries_and_wrong_dimensions(sql: asy
         await sql.execute(insert, str([1.0] * 767))
 
 
-async def test_migrate_seals_entries_an_earlier_version_stored_in_plain_text(fresh_database: str, tmp_path):
+async def test_migrate_seals_entries_an_earlier_version_stored_in_plain_text(
+    fresh_database: str, tmp_path: Path
+) -> None:
     """0011 keeps plain-text rows until ``migrate`` seals them (a key each in the key store); a server refuses to
     serve while one is left. Their earlier copies in WAL and backups are the operator's to age out (docs)."""
     keys = LocalKeyStore(tmp_path / "keys")
@@ -142,7 +147,7 @@ async def test_migrate_seals_entries_an_earlier_version_stored_in_plain_text(fre
 
 async def test_the_migration_session_lifts_the_drivers_last_resort_bound_and_nothing_else_does(
     database_url: str, store: Store, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     """A migration's rewrite (``VACUUM FULL`` of every entry) takes what the table needs: the driver's last resort
     for a statement (30 s; here 0.2 s) bounds every other statement, never one of the migration session."""
     from sqlalchemy import text

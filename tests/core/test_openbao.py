@@ -67,7 +67,7 @@ def _versions(bao: SimpleNamespace, mount: str, scope: uuid.UUID) -> dict[str, d
 # finding 1: a soft-deleted version (``bao kv delete``, or a mount's ``delete_version_after``) can be undeleted
 
 
-async def test_a_soft_deleted_current_version_holding_a_key_is_not_destroyed(openbao: SimpleNamespace):
+async def test_a_soft_deleted_current_version_holding_a_key_is_not_destroyed(openbao: SimpleNamespace) -> None:
     """Before, the 404 of a deleted current version read as "no keys" and only older versions were checked."""
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
     scope, entry = uuid.uuid4(), uuid.uuid4()
@@ -79,7 +79,7 @@ async def test_a_soft_deleted_current_version_holding_a_key_is_not_destroyed(ope
 
 async def test_an_erasure_destroys_a_soft_deleted_current_version_so_undelete_returns_no_erased_key(
     openbao: SimpleNamespace,
-):
+) -> None:
     """Before, ``destroy`` destroyed only versions older than the deleted current one, ``destroyed`` answered
     true, and ``undelete`` gave back every erased key."""
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
@@ -105,7 +105,9 @@ async def test_an_erasure_destroys_a_soft_deleted_current_version_so_undelete_re
     assert await keys.fetch(scope) == kept
 
 
-async def test_an_erasure_over_a_mount_that_prunes_and_soft_deletes_versions_is_verified(openbao: SimpleNamespace):
+async def test_an_erasure_over_a_mount_that_prunes_and_soft_deletes_versions_is_verified(
+    openbao: SimpleNamespace,
+) -> None:
     """Tolerated settings: ``max_versions`` prunes versions (their data is gone: nothing to undelete), and
     ``delete_version_after`` sets a deletion time on every version (readable until then)."""
     mount = _mount(openbao, max_versions=2, delete_version_after="1h")
@@ -125,7 +127,9 @@ async def test_an_erasure_over_a_mount_that_prunes_and_soft_deletes_versions_is_
 # finding 2: "no such secret" is not "no such mount"
 
 
-async def test_a_moved_mount_is_mount_missing_never_an_empty_keyring_nor_a_verified_erasure(openbao: SimpleNamespace):
+async def test_a_moved_mount_is_mount_missing_never_an_empty_keyring_nor_a_verified_erasure(
+    openbao: SimpleNamespace,
+) -> None:
     """Before, the 404 of a path nothing is mounted at read as "no such secret": ``fetch`` answered an empty
     keyring and ``destroyed`` true while the keys sat at the new path."""
     mount = _mount(openbao)
@@ -192,7 +196,7 @@ def _token(bao: SimpleNamespace, rules: dict[str, list[str]], *, default_policy:
 )
 async def test_check_refuses_a_token_that_cannot_do_what_the_store_does_naming_the_capability(
     openbao: SimpleNamespace, rules: dict[str, list[str]], cause: str
-):
+) -> None:
     """Before, ``check`` read the mount's config and passed for a read-only token, or one that cannot destroy."""
     token = _token(openbao, rules)
     assert await _refused(OpenBaoKeyStore(openbao.address, "kmg", token).check()) == cause
@@ -201,7 +205,7 @@ async def test_check_refuses_a_token_that_cannot_do_what_the_store_does_naming_t
 
 async def test_check_passes_a_token_with_exactly_the_documented_policy_and_refuses_one_that_cannot_ask(
     openbao: SimpleNamespace,
-):
+) -> None:
     keys = OpenBaoKeyStore(openbao.address, "kmg", _token(openbao, _FULL))
     await keys.check()
     scope, entry = uuid.uuid4(), uuid.uuid4()
@@ -213,7 +217,7 @@ async def test_check_passes_a_token_with_exactly_the_documented_policy_and_refus
     assert await _refused(unasked.check()) == "capabilities_denied"  # ``sys/capabilities-self`` is in ``default``
 
 
-async def test_check_refuses_a_mount_that_requires_check_and_set(openbao: SimpleNamespace):
+async def test_check_refuses_a_mount_that_requires_check_and_set(openbao: SimpleNamespace) -> None:
     """A key is added by a patch without check-and-set: every save would be refused. Before, ``check`` passed."""
     keys = OpenBaoKeyStore(openbao.address, _mount(openbao, cas_required=True), openbao.token)
     assert await _refused(keys.check()) == "cas_required"
@@ -223,7 +227,7 @@ async def test_check_refuses_a_mount_that_requires_check_and_set(openbao: Simple
 # finding 6 (the constructor): files that cannot be used are refused content-free
 
 
-def test_a_token_or_ca_file_that_cannot_be_used_is_refused_content_free(tmp_path: Path):
+def test_a_token_or_ca_file_that_cannot_be_used_is_refused_content_free(tmp_path: Path) -> None:
     """Before, a CA file that is missing or holds no certificate raised ``FileNotFoundError`` or ``SSLError``
     (with its path and OpenSSL's text), and a token file that is not UTF-8 ``UnicodeDecodeError``."""
     (tmp_path / "token").write_bytes(b"\xff\xfe not text")
@@ -248,7 +252,7 @@ def test_a_token_or_ca_file_that_cannot_be_used_is_refused_content_free(tmp_path
 # the binding
 
 
-async def test_a_key_store_records_the_first_binding_and_never_overwrites_it(openbao: SimpleNamespace):
+async def test_a_key_store_records_the_first_binding_and_never_overwrites_it(openbao: SimpleNamespace) -> None:
     mount = _mount(openbao)
     keys = OpenBaoKeyStore(openbao.address, mount, openbao.token)
     first, second = uuid.uuid4(), uuid.uuid4()
@@ -354,7 +358,7 @@ _VERSION = b'{"data": {"data": {}, "metadata": {"version": %s}}}'
 _HUGE = b"Content-Length: %d\r\n" % (1 << 30)
 
 
-async def test_the_hostile_server_answers_as_openbao_would_unless_told_otherwise(hostile):
+async def test_the_hostile_server_answers_as_openbao_would_unless_told_otherwise(hostile) -> None:
     keys = OpenBaoKeyStore(await hostile(_plausible), "kmg", "token")
     for operation in _OPERATIONS.values():
         await operation(keys)
@@ -423,7 +427,7 @@ _BAD: dict[str, tuple[str, str, bytes]] = {  # what OpenBao never answers: the o
 
 
 @pytest.mark.parametrize("case", list(_BAD))
-async def test_an_answer_of_the_wrong_shape_encoding_or_size_is_bad_response(hostile, case: str):
+async def test_an_answer_of_the_wrong_shape_encoding_or_size_is_bad_response(hostile, case: str) -> None:
     """Before, such answers raised ``TypeError``, ``KeyError`` or ``ValueError`` out of the store, read an
     unbounded body, or waited for one to finish."""
     operation, kind, answer = _BAD[case]
@@ -442,7 +446,7 @@ async def test_an_answer_of_the_wrong_shape_encoding_or_size_is_bad_response(hos
 
 async def test_an_erasure_over_a_soft_deleted_keyring_is_verified_only_once_undelete_brings_nothing_back(
     openbao: SimpleNamespace, database_url: str, store: Store, key: ScopeKey
-):
+) -> None:
     """Before, ``forget_all`` answered verified while the deleted version, undeleted, gave back every key."""
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
     over = Store.connect(database_url, Policy(), keys=keys)
@@ -452,6 +456,7 @@ async def test_an_erasure_over_a_soft_deleted_keyring_is_verified_only_once_unde
         api(openbao.address, openbao.token, "DELETE", f"/v1/kmg/data/{key.scope_id}")  # ``bao kv delete``
         await over.forget_all(key)
         status = await over.status(key)
+        assert status.last_erasure is not None
         assert (status.last_erasure.result, status.entries) == (Erasure.VERIFIED, 0)
         versions = [int(v) for v in _versions(openbao, "kmg", key.scope_id)]
         api(openbao.address, openbao.token, "POST", f"/v1/kmg/undelete/{key.scope_id}", {"versions": versions})

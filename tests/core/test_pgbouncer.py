@@ -173,7 +173,7 @@ SUBJECTS = 8
 @pytest.mark.parametrize("pooler", POOLERS)
 async def test_two_replicas_and_a_sweep_share_two_server_sessions_through_the_whole_lifecycle(
     pooled: Pooled, pooler: str
-):
+) -> None:
     """Every operation of the lifecycle, concurrently, from two replicas and a sweeper: more client connections
     than the pool's two server sessions, so a session serves one client, then another. Before: every command
     refused at start-up (``statement_timeout`` and two more start-up parameters PgBouncer refuses); with those
@@ -271,7 +271,7 @@ async def test_two_replicas_and_a_sweep_share_two_server_sessions_through_the_wh
 )
 async def test_a_held_scope_lock_fails_each_operation_at_its_timeout_not_when_released(
     pooled: Pooled, route: str, statement_ms: int, lock_ms: int
-):
+) -> None:
     """A row lock on the scope held from another connection: a lone statement (``write``, the fence of ``off``)
     and a transaction (``grant``) each fail as ``store_unavailable (timeout)`` at about half a second, through
     PgBouncer 1.18 and 1.24 as direct. Before, through PgBouncer, the lock wait was answered when the lock was
@@ -317,7 +317,9 @@ async def _cause(url: str, **options: object) -> tuple[Reason, str | None]:
 
 
 @pytest.mark.parametrize("pooler", POOLERS)
-async def test_a_wrong_password_and_a_missing_database_through_the_pooler_name_their_cause(pooled: Pooled, pooler: str):
+async def test_a_wrong_password_and_a_missing_database_through_the_pooler_name_their_cause(
+    pooled: Pooled, pooler: str
+) -> None:
     """PgBouncer answers its own refusals as 08P01 (``connection_rejected``), and from 1.20 on forwards a server's
     own login error with the server's SQLSTATE (here 3D000, ``database_missing``); never read from message text.
     Before: each a bare ``store_unavailable``."""
@@ -353,7 +355,7 @@ def _pg_ctl(data: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.parametrize("binary", BINARIES)
-async def test_a_server_down_behind_the_pooler_names_its_cause(stoppable: tuple[str, Path], binary: str):
+async def test_a_server_down_behind_the_pooler_names_its_cause(stoppable: tuple[str, Path], binary: str) -> None:
     """The server behind PgBouncer stops: a connection the store holds waits for a server session until its bound
     (``timeout``); a new one is refused by PgBouncer once its logins to the server fail (``connection_failure``).
     Before: a bare ``store_unavailable``."""
@@ -376,7 +378,7 @@ async def test_a_server_down_behind_the_pooler_names_its_cause(stoppable: tuple[
 
 
 @pytest.mark.parametrize("pooler", POOLERS)
-async def test_migrate_through_the_pooler_refuses_before_it_changes_anything(pooled: Pooled, pooler: str):
+async def test_migrate_through_the_pooler_refuses_before_it_changes_anything(pooled: Pooled, pooler: str) -> None:
     """``migrate`` keeps its lock and settings in a session (``schema_admin._migration_session``), which a
     transaction pooler lends to other clients: through PgBouncer it refuses, one line, ``unsupported_database
     (pooled)``, on a database never migrated and on one at head alike, and leaves pgvector uncreated, no schema,
@@ -416,7 +418,7 @@ async def test_migrate_through_the_pooler_refuses_before_it_changes_anything(poo
 
 
 @pytest.mark.parametrize("binary", BINARIES)
-async def test_migrate_through_a_session_pool_refuses_too(pooled: Pooled, binary: str):
+async def test_migrate_through_a_session_pool_refuses_too(pooled: Pooled, binary: str) -> None:
     """PgBouncer announces a cancel key of its own in session mode too: ``migrate`` goes direct, whatever the pool."""
     BINARIES[binary].require()
     databases = {UNMIGRATED: f"{pooled.server} dbname={UNMIGRATED}"}
@@ -434,7 +436,7 @@ async def test_migrate_through_a_session_pool_refuses_too(pooled: Pooled, binary
 
 
 @pytest.mark.parametrize("pooler", POOLERS)
-async def test_named_prepared_statements_collide_unless_the_pooler_tracks_them(pooled: Pooled, pooler: str):
+async def test_named_prepared_statements_collide_unless_the_pooler_tracks_them(pooled: Pooled, pooler: str) -> None:
     """Why the store names no prepared statement: two clients of one server session, each preparing a statement
     of the same name, as two replicas' drivers do (asyncpg's ``__asyncpg_stmt_1__`` in each process). PgBouncer
     1.18, and 1.24 with ``max_prepared_statements = 0``, refuse the second (the first one's is still in the
@@ -477,7 +479,7 @@ class Silent:
         await self.server.wait_closed()
 
 
-async def test_a_silent_endpoint_costs_a_command_its_connect_timeout():
+async def test_a_silent_endpoint_costs_a_command_its_connect_timeout() -> None:
     """Before: the URL refused ``connect_timeout``, and a command waited about a minute (the driver's default)."""
     async with Silent() as port:
         url = f"postgresql+asyncpg://app:{PASSWORD}@127.0.0.1:{port}/db?connect_timeout=1"
@@ -492,13 +494,13 @@ async def test_a_silent_endpoint_costs_a_command_its_connect_timeout():
 
 
 @pytest.mark.parametrize("value", ["0", "-1", "1.5", "abc", " 5", "+5", "٣", "3601"])
-def test_connect_timeout_is_a_whole_number_of_seconds_or_refused_naming_it(value: str):
+def test_connect_timeout_is_a_whole_number_of_seconds_or_refused_naming_it(value: str) -> None:
     with pytest.raises(ConfigurationError) as refused:
         parse(f"postgresql+asyncpg://app:{PASSWORD}@db/app?connect_timeout={value}")
     assert str(refused.value) == f"{VARIABLE}: connect_timeout is not a whole number of seconds from 1 to 3600"
 
 
-def test_the_multi_host_form_takes_target_session_attrs_and_connect_timeout():
+def test_the_multi_host_form_takes_target_session_attrs_and_connect_timeout() -> None:
     parsed = parse(
         f"postgresql+asyncpg://app:{PASSWORD}@/db?host=a:5432&host=b:5433&target_session_attrs=read-write"
         "&connect_timeout=3&sslmode=require"
@@ -519,7 +521,7 @@ def test_the_multi_host_form_takes_target_session_attrs_and_connect_timeout():
         parse("postgresql+asyncpg://app@/db?connect_timeout=1&connect_timeout=2")
 
 
-async def test_of_two_hosts_the_one_target_session_attrs_asks_for_is_used(database_url: str, store: Store):
+async def test_of_two_hosts_the_one_target_session_attrs_asks_for_is_used(database_url: str, store: Store) -> None:
     """The suite's server, named twice (libpq's multi-host form over its socket): a primary, never a standby."""
     database = make_url(database_url)
     socket_dir = database.query["host"] if database.host is None else None

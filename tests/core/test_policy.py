@@ -4,12 +4,14 @@ import json
 import math
 from pathlib import Path
 
+import asyncpg
 import numpy
 import pytest
 
 from kagent_memory_governed.errors import GovernedMemoryError, PolicyError, Reason
 from kagent_memory_governed.policy import CEILINGS, Policy, admit_embedding, admit_fact, expiry_seconds
 from kagent_memory_governed.settings import Settings
+from kagent_memory_governed.store import Store
 
 
 def test_the_default_policy_is_the_ceilings() -> None:
@@ -168,7 +170,7 @@ def test_embeddings_of_numbers_whose_norm_pgvector_can_compute_are_admitted(vect
     assert stored.dtype == numpy.float32 and stored.shape == (768,)
 
 
-async def test_every_admitted_extreme_embedding_is_found_by_itself(store, sql) -> None:
+async def test_every_admitted_extreme_embedding_is_found_by_itself(store: Store, sql: asyncpg.Connection) -> None:
     for vector in ([1e19] + [0.0] * 767, [1e-19] * 768, [0.5] * 768):
         text = str([float(x) for x in admit_embedding(vector)])
         assert await sql.fetchval("SELECT $1::vector <=> $1::vector", text) == 0.0  # a real pgvector

@@ -41,6 +41,7 @@ from kagent_memory_governed.settings import Settings
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.store.connection import DURABLE_BEGIN
 from kagent_memory_governed.store.replication import Kind, classify, durable
+from kagent_memory_governed.testing import Bridge
 
 APP = "replication_app"  # an application role with exactly the grants docs/operator.md names
 GRANTS = f"""
@@ -101,7 +102,7 @@ async def _replication(url: str, **bounds: int) -> tuple[str, str]:
         await store.close()
 
 
-async def test_a_primary_without_standbys_has_none(primary: SimpleNamespace, admin: asyncpg.Connection):
+async def test_a_primary_without_standbys_has_none(primary: SimpleNamespace, admin: asyncpg.Connection) -> None:
     for url in (primary.url, primary.app):
         assert await _replication(url) == (
             "none",
@@ -111,7 +112,7 @@ async def test_a_primary_without_standbys_has_none(primary: SimpleNamespace, adm
 
 async def test_an_asynchronous_standby_is_named_with_what_it_means_for_erasures(
     primary: SimpleNamespace, admin: asyncpg.Connection, standbys: list[Standby]
-):
+) -> None:
     standbys.append(standby(primary.data, "async_standby"))
     await streaming(admin, "async_standby", "async")
     line = (
@@ -125,7 +126,7 @@ async def test_an_asynchronous_standby_is_named_with_what_it_means_for_erasures(
 
 async def test_a_synchronous_standby_is_named_with_its_level_and_the_app_role_is_told_what_is_hidden(
     primary: SimpleNamespace, admin: asyncpg.Connection, standbys: list[Standby]
-):
+) -> None:
     standbys.append(standby(primary.data, "sync_standby"))
     await require(admin, "sync_standby")
     await streaming(admin, "sync_standby", "sync")
@@ -163,7 +164,7 @@ async def test_a_synchronous_standby_is_named_with_its_level_and_the_app_role_is
 
 async def test_a_standby_itself_is_standby_and_doctor_fails_it_read_only(
     primary: SimpleNamespace, admin: asyncpg.Connection, standbys: list[Standby], tmp_path: Path
-):
+) -> None:
     replica = standby(primary.data, "read_standby")
     standbys.append(replica)
     await streaming(admin, "read_standby", "async")
@@ -176,7 +177,7 @@ async def test_a_standby_itself_is_standby_and_doctor_fails_it_read_only(
     assert (line.ok, line.reason) == (False, "read_only")
 
 
-async def test_an_unreadable_replication_is_unknown_with_its_cause(tmp_path: Path):
+async def test_an_unreadable_replication_is_unknown_with_its_cause(tmp_path: Path) -> None:
     url = f"postgresql+asyncpg://postgres@/postgres?host={tmp_path}&connect_timeout=2"  # no server listens there
     assert await _replication(url) == (
         "unknown",
@@ -184,7 +185,7 @@ async def test_an_unreadable_replication_is_unknown_with_its_cause(tmp_path: Pat
     )
 
 
-def test_hidden_senders_are_never_counted_as_synchronous_or_not():
+def test_hidden_senders_are_never_counted_as_synchronous_or_not() -> None:
     assert classify(False, True, "on", 2, 0, 2).synchronous is None
     assert classify(False, True, "on", 2, 1, 1).synchronous == 1
     assert classify(False, True, "remote_write", 1, 1, 0).kind is Kind.SYNCHRONOUS
@@ -195,7 +196,7 @@ def test_hidden_senders_are_never_counted_as_synchronous_or_not():
 
 def test_doctor_prints_asynchronous_as_a_passing_line_with_its_meaning(
     primary: SimpleNamespace, standbys: list[Standby]
-):
+) -> None:
     standbys.append(standby(primary.data, "doctor_standby"))
 
     async def wait() -> None:
@@ -218,8 +219,8 @@ def test_doctor_prints_asynchronous_as_a_passing_line_with_its_meaning(
 
 
 def test_start_up_prints_the_replication_in_one_line(
-    primary: SimpleNamespace, standbys: list[Standby], bridge, tmp_path: Path
-):
+    primary: SimpleNamespace, standbys: list[Standby], bridge: Bridge, tmp_path: Path
+) -> None:
     standbys.append(standby(primary.data, "startup_standby"))
     env = pod_environment(tmp_path, bridge, primary.url)
     env.pop("KAGENT_GOVERNED_MEMORY")  # the console script installs governed memory itself
@@ -238,7 +239,7 @@ def test_start_up_prints_the_replication_in_one_line(
 
 async def test_an_erasure_on_a_synchronous_primary_is_acknowledged_only_once_the_standby_has_its_fence(
     primary: SimpleNamespace, admin: asyncpg.Connection, standbys: list[Standby]
-):
+) -> None:
     replica = standby(primary.data, "fence_standby")
     standbys.append(replica)
     await require(admin, "fence_standby")
@@ -291,7 +292,7 @@ async def test_an_erasure_on_a_synchronous_primary_is_acknowledged_only_once_the
 
 async def test_durable_raises_a_lowered_commit_so_it_waits_for_the_synchronous_standby_and_keeps_remote_apply(
     primary: SimpleNamespace, admin: asyncpg.Connection, standbys: list[Standby]
-):
+) -> None:
     """What the control plane's commits need (``durable``, ``DURABLE_BEGIN``): with the role's default lowered to
     ``local``, a statement or transaction carrying it waits for the down synchronous standby, one without does not;
     ``remote_apply`` is never lowered."""
@@ -336,7 +337,7 @@ async def test_durable_raises_a_lowered_commit_so_it_waits_for_the_synchronous_s
 
 async def test_a_role_that_lowered_synchronous_commit_still_has_an_erasures_fence_wait_for_the_standby(
     primary: SimpleNamespace, admin: asyncpg.Connection, standbys: list[Standby]
-):
+) -> None:
     """Before, a role or database default of ``local`` made an ``off``'s fence commit on the primary alone: a
     failover right after it, acknowledged, lost it."""
     replica = standby(primary.data, "durable_standby")

@@ -130,7 +130,7 @@ def _sealed_in(dump: Path) -> dict[uuid.UUID, bytes]:
 
 async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_cannot_be_opened(
     server: SimpleNamespace,
-):
+) -> None:
     keys = server.keys
     store = Store.connect(server.url, Policy(), keys=keys)
     sql = await asyncpg.connect(server.url.replace("postgresql+asyncpg://", "postgresql://"))
@@ -265,7 +265,7 @@ async def _wal(sql: asyncpg.Connection, data: Path, start: str, end: str) -> byt
 
 async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_after_migrate(
     upgraded_server: SimpleNamespace,
-):
+) -> None:
     """Entries stored in plain text at 0010, then ``migrate`` to head: sealed, the table rewritten, erased each way.
     Afterwards no live data file (heap, TOAST, indexes, free space: everything outside ``pg_wal``) holds the text
     or the embedding bytes of any of them, on the primary or on a standby that streamed through the migration, nor

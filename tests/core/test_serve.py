@@ -55,7 +55,7 @@ def _key(subject: Subject, agent: str = HELPER) -> ScopeKey:
 
 async def test_the_service_serves_the_bridge_and_the_runtime_of_each_agent_it_holds_memory_for(
     service: Service, runtime: RemoteStore, bridge: Bridge
-):
+) -> None:
     subject, signer = _subject(), ScopeSigner(bridge.private_key, BRIDGE, HELPER)
     async with httpx.AsyncClient(base_url=service.control) as http:
         control = AsyncControlClient(http, signer, subject)
@@ -78,7 +78,7 @@ async def test_the_service_serves_the_bridge_and_the_runtime_of_each_agent_it_ho
 
 async def test_a_pod_of_another_agent_is_refused_even_with_a_correctly_signed_scope_token(
     service: Service, tmp_path: Path, bridge: Bridge, kube: tuple[Cluster, Key]
-):
+) -> None:
     subject, signer = _subject(), ScopeSigner(bridge.private_key, BRIDGE, HELPER)
     async with httpx.AsyncClient(base_url=service.control) as http:
         generation = (await AsyncControlClient(http, signer, subject).consent("assist", "v1")).generation
@@ -93,7 +93,7 @@ async def test_a_pod_of_another_agent_is_refused_even_with_a_correctly_signed_sc
 
 def test_a_bad_configuration_is_one_line_and_exit_78_before_anything_is_served(
     tmp_path: Path, bridge: Bridge, database_url: str, kube: tuple[Cluster, Key]
-):
+) -> None:
     env = environment(tmp_path, bridge, database_url, kube[0])
     for name, value in (
         ("KAGENT_GOVERNED_MEMORY_IDENTITY_ISSUER", ""),
@@ -108,7 +108,9 @@ def test_a_bad_configuration_is_one_line_and_exit_78_before_anything_is_served(
         assert "SENTINEL" not in refused.stdout + refused.stderr
 
 
-def test_a_store_that_is_not_ready_is_one_line_and_exit_78(tmp_path: Path, bridge: Bridge, kube: tuple[Cluster, Key]):
+def test_a_store_that_is_not_ready_is_one_line_and_exit_78(
+    tmp_path: Path, bridge: Bridge, kube: tuple[Cluster, Key]
+) -> None:
     """A database never migrated: the service serves nothing, says why in one line with its reason code."""
     data = private_directory("serve-unmigrated") / "pg"
     fresh = start(data)

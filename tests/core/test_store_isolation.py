@@ -39,7 +39,7 @@ async def consented(store: Store) -> tuple[ScopeKey, int]:
     ],
     ids=["origin", "user", "room", "agent", "server"],
 )
-async def test_a_neighbouring_scope_sees_nothing(store: Store, consented, neighbour: ScopeKey):
+async def test_a_neighbouring_scope_sees_nothing(store: Store, consented, neighbour: ScopeKey) -> None:
     key, generation = consented
     assert await refusal(store.search(neighbour, generation, embed(SECRET))) is Reason.CONSENT_MISSING
     assert (await store.inspect(neighbour)).entries == []
@@ -51,7 +51,7 @@ async def test_a_neighbouring_scope_sees_nothing(store: Store, consented, neighb
     assert [hit.text for hit in await store.search(key, generation, embed(SECRET))] == [SECRET]
 
 
-async def test_inspect_pages_through_every_live_entry_once_in_a_stable_order(store: Store, key: ScopeKey):
+async def test_inspect_pages_through_every_live_entry_once_in_a_stable_order(store: Store, key: ScopeKey) -> None:
     t0 = datetime(2026, 6, 1, tzinfo=UTC)
     with freeze_time(t0, real_asyncio=True) as frozen:
         grant = await store.grant(key, purpose="assist", policy_version="v1")
@@ -75,7 +75,7 @@ async def test_inspect_pages_through_every_live_entry_once_in_a_stable_order(sto
     assert all(e.expires_at == e.created_at + timedelta(days=7) for e in seen)
 
 
-async def test_a_cursor_from_another_scope_or_forged_is_refused(store: Store, consented):
+async def test_a_cursor_from_another_scope_or_forged_is_refused(store: Store, consented) -> None:
     key, generation = consented
     await store.write(key, generation, facts("second"))
     cursor = (await store.inspect(key, limit=1)).next_cursor
@@ -140,7 +140,7 @@ def test_ranking_in_the_process_is_exact_cosine_in_double_precision_with_ties_by
                 assert found == expected
 
 
-async def test_search_returns_the_nearest_entries_above_the_minimum_score(store: Store, key: ScopeKey):
+async def test_search_returns_the_nearest_entries_above_the_minimum_score(store: Store, key: ScopeKey) -> None:
     grant = await store.grant(key, purpose="assist", policy_version="v1")
     await store.write(key, grant.generation, facts("likes green tea", "deploys on fridays", "lives in lisbon"))
     hits = await store.search(key, grant.generation, embed("green tea"), top_k=2)

@@ -2,24 +2,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import asyncpg
 from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
 from kagent_memory_governed.errors import Reason
-from kagent_memory_governed.scope import Origin
+from kagent_memory_governed.scope import Origin, ScopeKey
 from kagent_memory_governed.store import Store
 
 
-async def _consented(store: Store, key, *texts: str) -> int:
+async def _consented(store: Store, key: ScopeKey, *texts: str) -> int:
     grant = await store.grant(key, purpose="assist", policy_version="v1")
     await store.write(key, grant.generation, facts(*texts))
     return grant.generation
 
 
 async def test_offboarding_clears_every_scope_of_the_principal_across_agents(
-    store: Store, new_key, sql: asyncpg.Connection
-):
+    store: Store, new_key: Callable[..., ScopeKey], sql: asyncpg.Connection
+) -> None:
     alice = [
         new_key(agent="kagent/helper"),
         new_key(agent="kagent/helper"),  # another control room
@@ -34,6 +36,7 @@ async def test_offboarding_clears_every_scope_of_the_principal_across_agents(
     assert (result.scopes, result.erased) == (4, 8)
     for key in alice:
         status = await store.status(key)
+        assert status.last_erasure is not None
         assert (status.enabled, status.entries, status.last_erasure.result) == (False, 0, Erasure.VERIFIED)
         assert await refusal(store.write(key, generations[key], facts("x"))) is Reason.CONSENT_DISABLED
     ids = [key.scope_id for key in alice]
@@ -43,12 +46,16 @@ async def test_offboarding_clears_every_scope_of_the_principal_across_agents(
         assert (status.enabled, status.entries, status.generation) == (True, 2, generations[key])
 
 
-async def test_offboarding_an_unknown_principal_is_an_empty_verified_result(store: Store, new_key):
+async def test_offboarding_an_unknown_principal_is_an_empty_verified_result(
+    store: Store, new_key: Callable[..., ScopeKey]
+) -> None:
     result = await store.offboard(new_key("nobody").principal)
     assert (result.scopes, result.erased) == (0, 0)
 
 
-async def test_offboarding_reports_a_failed_scope_and_keeps_it_disabled(store: Store, new_key, sql: asyncpg.Connection):
+async def test_offboarding_reports_a_failed_scope_and_keeps_it_disabled(
+    store: Store, new_key: Callable[..., ScopeKey], sql: asyncpg.Connection
+) -> None:
     first, second = new_key(), new_key()
     await _consented(store, first, "a")
     await _consented(store, second, "b")
@@ -61,6 +68,7 @@ async def test_offboarding_reports_a_failed_scope_and_keeps_it_disabled(store: S
         assert await refusal(store.offboard(first.principal)) is Reason.ERASURE_FAILED
         for key in (first, second):
             status = await store.status(key)
+            assert status.last_erasure is not None
             assert (status.enabled, status.last_erasure.result) == (False, Erasure.FAILED)
     finally:
         await sql.execute("DROP TRIGGER fault ON governed_memory.entries; DROP FUNCTION governed_memory.fault()")

@@ -75,7 +75,7 @@ async def _trial(store: Store, sql: asyncpg.Connection, trial: int, outcomes: Co
     assert (await store.status(key)).entries == 0
 
 
-async def test_no_write_under_an_old_generation_survives_an_erasure(store: Store, sql: asyncpg.Connection):
+async def test_no_write_under_an_old_generation_survives_an_erasure(store: Store, sql: asyncpg.Connection) -> None:
     outcomes: Counter = Counter()
     for trial in range(TRIALS):
         await _trial(store, sql, trial, outcomes)

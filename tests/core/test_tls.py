@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import quote
 
+import asyncpg
 import httpx
 import pytest
 from certificates import certificate
@@ -39,6 +40,7 @@ from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.store.connection import parse
+from kagent_memory_governed.testing import Bridge
 
 POSTGRES_15 = Path("/usr/lib/postgresql/15/bin")
 PASSWORD = "SENTINEL-db-password"
@@ -60,7 +62,15 @@ class Pki:
     client_key: Path  # encrypted with KEY_PASSWORD
 
 
-def _certificate(subject: str, key, issuer: str, issuer_key, *, ca: bool, dns: str | None = None):
+def _certificate(
+    subject: str,
+    key: ec.EllipticCurvePrivateKey,
+    issuer: str,
+    issuer_key: ec.EllipticCurvePrivateKey,
+    *,
+    ca: bool,
+    dns: str | None = None,
+) -> x509.Certificate:
     return certificate(subject, key, issuer, issuer_key, ca=ca, names=[x509.DNSName(dns)] if dns else ())
 
 
@@ -176,7 +186,7 @@ async def outcome(url: str) -> str:
     return "connected"
 
 
-def test_the_url_keeps_its_hosts_and_hands_the_tls_parameters_to_the_driver_as_libpq_spells_them(pki: Pki):
+def test_the_url_keeps_its_hosts_and_hands_the_tls_parameters_to_the_driver_as_libpq_spells_them(pki: Pki) -> None:
     url = f"postgresql+asyncpg://app:{PASSWORD}@/db?host=a:5432&host=b:5433&sslmode=verify-ca&sslrootcert={pki.ca}"
     parsed = parse(url)
     assert dict(parsed.url.query) == {"host": ("a:5432", "b:5433")}  # SQLAlchemy's multihost form
@@ -209,12 +219,12 @@ LIBPQ_MODES = [
 @pytest.mark.parametrize(("query", "host", "expected"), LIBPQ_MODES)
 async def test_each_sslmode_connects_or_refuses_as_libpq_does(
     postgres15: Server, pki: Pki, query: str, host: str, expected: str
-):
+) -> None:
     query = query.format(ca=pki.ca, wrong_ca=pki.wrong_ca)
     assert await outcome(url_of(postgres15.port, query, host=host)) == expected
 
 
-async def test_a_client_certificate_with_its_key_password_authenticates(postgres15: Server, pki: Pki):
+async def test_a_client_certificate_with_its_key_password_authenticates(postgres15: Server, pki: Pki) -> None:
     query = f"sslmode=verify-full&sslrootcert={pki.ca}&sslcert={pki.client_cert}&sslkey={pki.client_key}"
     url = url_of(postgres15.port, f"{query}&sslpassword={quote(KEY_PASSWORD)}", user=CERT_USER)
     assert await outcome(url) == "connected"
@@ -224,7 +234,7 @@ async def test_a_client_certificate_with_its_key_password_authenticates(postgres
 
 async def test_a_server_without_tls_is_refused_by_require_and_reached_in_plain_text_by_prefer(
     postgres15: Server, pki: Pki
-):
+) -> None:
     postgres15.sql("ALTER SYSTEM SET ssl = off")
     postgres15.sql("SELECT pg_reload_conf()")
     try:
@@ -246,7 +256,7 @@ def run(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize("command", ["migrate", "sweep"])
 def test_commands_reach_postgres_15_over_tls_and_refuse_a_wrong_ca_in_one_line(
     postgres15: Server, pki: Pki, command: str
-):
+) -> None:
     for query, expected in [
         ("sslmode=require", "refused: unsupported_database\n"),  # reached and asked: no pgvector there
         (f"sslmode=verify-full&sslrootcert={pki.ca}", "refused: unsupported_database\n"),
@@ -336,7 +346,7 @@ def relayed(relay: TlsRelay, query: str, database: str) -> str:
 
 
 @pytest.fixture
-async def tls_database(sql) -> AsyncIterator[str]:
+async def tls_database(sql: asyncpg.Connection) -> AsyncIterator[str]:
     """A database of its own on the PostgreSQL 18 server, never migrated, dropped afterwards."""
     name = f"tls_{os.urandom(5).hex()}"
     await sql.execute(f'CREATE DATABASE "{name}"')
@@ -344,12 +354,14 @@ async def tls_database(sql) -> AsyncIterator[str]:
     await sql.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
 
 
-async def test_plain_text_never_reaches_the_relayed_server(relay: TlsRelay, tls_database: str):
+async def test_plain_text_never_reaches_the_relayed_server(relay: TlsRelay, tls_database: str) -> None:
     assert await outcome(relayed(relay, "sslmode=disable", tls_database)) == "store_unavailable (tls_required)"
 
 
 @pytest.mark.parametrize("verify", [False, True], ids=["require", "verify-full"])
-async def test_migrate_and_sweep_do_their_work_over_tls(relay: TlsRelay, pki: Pki, tls_database: str, verify: bool):
+async def test_migrate_and_sweep_do_their_work_over_tls(
+    relay: TlsRelay, pki: Pki, tls_database: str, verify: bool
+) -> None:
     query = f"sslmode=verify-full&sslrootcert={pki.ca}" if verify else "sslmode=require"
     url = relayed(relay, query, tls_database)
     described = f"database: localhost:{relay.port}/{tls_database}\n"
@@ -361,8 +373,8 @@ async def test_migrate_and_sweep_do_their_work_over_tls(relay: TlsRelay, pki: Pk
 
 
 async def test_doctor_passes_and_static_serves_over_verify_full(
-    relay: TlsRelay, pki: Pki, tls_database: str, bridge, tmp_path: Path
-):
+    relay: TlsRelay, pki: Pki, tls_database: str, bridge: Bridge, tmp_path: Path
+) -> None:
     url = relayed(relay, f"sslmode=verify-full&sslrootcert={pki.ca}", tls_database)
     assert (await asyncio.to_thread(run, "migrate", KAGENT_GOVERNED_MEMORY_DATABASE_URL=url)).returncode == 0
     env = pod_environment(tmp_path, bridge, url)
@@ -394,8 +406,8 @@ def _wait_ready(server: subprocess.Popen, base: str) -> tuple[int, dict] | None:
 
 
 def test_a_wrong_ca_under_verify_full_stops_every_command_in_one_line(
-    relay: TlsRelay, pki: Pki, database_url: str, bridge, tmp_path: Path
-):
+    relay: TlsRelay, pki: Pki, database_url: str, bridge: Bridge, tmp_path: Path
+) -> None:
     url = relayed(relay, f"sslmode=verify-full&sslrootcert={pki.wrong_ca}", "postgres")
     refused = "store_unavailable (tls_untrusted_certificate)"
     for command in ("migrate", "sweep"):

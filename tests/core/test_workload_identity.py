@@ -113,7 +113,7 @@ async def refused(verifier: WorkloadIdentity, metadata: Any, reason: Reason = Re
 @pytest.mark.parametrize("kind", ["rsa", "ec"])
 async def test_a_projected_token_names_the_agent_of_its_service_account(
     verifier: WorkloadIdentity, api: Cluster, keys: Keys, kind: str
-):
+) -> None:
     key = getattr(keys, kind)
     assert await verifier.agent(bearer(token(key))) == AgentId("agents", "alpha")
     # discovery, then the JWKS from the API server itself (jwks_uri names another address), with the own token
@@ -123,19 +123,21 @@ async def test_a_projected_token_names_the_agent_of_its_service_account(
     ]
 
 
-async def test_a_jwks_uri_on_the_api_server_is_followed(verifier: WorkloadIdentity, api: Cluster, keys: Keys):
+async def test_a_jwks_uri_on_the_api_server_is_followed(verifier: WorkloadIdentity, api: Cluster, keys: Keys) -> None:
     api.jwks_uri = f"{api.url}/keys/elsewhere"
     assert await verifier.agent(bearer(token(keys.rsa))) == AgentId("agents", "alpha")
     assert [path for path, _ in api.seen] == ["/.well-known/openid-configuration", "/keys/elsewhere"]
 
 
-async def test_grpc_metadata_as_a_mapping_or_pairs_is_read_alike(verifier: WorkloadIdentity, keys: Keys):
+async def test_grpc_metadata_as_a_mapping_or_pairs_is_read_alike(verifier: WorkloadIdentity, keys: Keys) -> None:
     value = token(keys.ec)
     assert await verifier.agent({"authorization": f"Bearer {value}"}) == AgentId("agents", "alpha")
     assert await verifier.agent((("Authorization", f"bearer {value}"),)) == AgentId("agents", "alpha")
 
 
-async def test_the_table_maps_a_service_account_to_its_agent(api: Cluster, own_token: Path, keys: Keys, frozen: Any):
+async def test_the_table_maps_a_service_account_to_its_agent(
+    api: Cluster, own_token: Path, keys: Keys, frozen: Any
+) -> None:
     table = {"agents/memory-sa": "agents/alpha", "agents/beta": "agents/beta"}
     verifier = WorkloadIdentity(
         issuer=ISSUER, audience=AUDIENCE, api_server=api.url, ca_file=api.ca, token_file=own_token, agents=table
@@ -146,7 +148,7 @@ async def test_the_table_maps_a_service_account_to_its_agent(api: Cluster, own_t
     await verifier.aclose()
 
 
-async def test_a_token_of_agent_a_never_acts_as_agent_b(api: Cluster, own_token: Path, keys: Keys, frozen: Any):
+async def test_a_token_of_agent_a_never_acts_as_agent_b(api: Cluster, own_token: Path, keys: Keys, frozen: Any) -> None:
     table = [("agents/alpha", "agents/alpha"), ("agents/beta", "agents/beta")]
     verifier = WorkloadIdentity(
         issuer=ISSUER, audience=AUDIENCE, api_server=api.url, ca_file=api.ca, token_file=own_token, agents=table
@@ -166,7 +168,7 @@ async def test_a_token_of_agent_a_never_acts_as_agent_b(api: Cluster, own_token:
     await verifier.aclose()
 
 
-async def test_within_the_leeway_a_token_is_still_accepted(verifier: WorkloadIdentity, keys: Keys, frozen: Any):
+async def test_within_the_leeway_a_token_is_still_accepted(verifier: WorkloadIdentity, keys: Keys, frozen: Any) -> None:
     early = token(keys.rsa, claims(issued=T0 + datetime.timedelta(seconds=20)))
     assert await verifier.agent(bearer(early)) == AgentId("agents", "alpha")
     old = claims(issued=T0 - datetime.timedelta(seconds=620))  # expired 20 s ago
@@ -292,12 +294,12 @@ def _tampered(key: Key) -> str:
 @pytest.mark.parametrize("case", sorted(REFUSALS))
 async def test_a_token_the_service_does_not_accept_is_refused_with_its_cause(
     verifier: WorkloadIdentity, keys: Keys, case: str
-):
+) -> None:
     make, cause = REFUSALS[case]
     assert await refused(verifier, make(keys)) == cause
 
 
-def test_every_cause_is_proved_by_a_refusal():
+def test_every_cause_is_proved_by_a_refusal() -> None:
     assert {cause for _, cause in REFUSALS.values()} == identity.CAUSES
 
 
@@ -328,7 +330,7 @@ def _configured(api: Cluster, own_token: Path, **changes: Any) -> WorkloadIdenti
 )
 def test_a_service_account_two_agents_share_is_a_configuration_error(
     api: Cluster, own_token: Path, table: Any, says: str | None
-):
+) -> None:
     if says is None:
         _configured(api, own_token, agents=table)
         return
@@ -350,7 +352,9 @@ def test_a_service_account_two_agents_share_is_a_configuration_error(
         {"ca_file": Path("/nonexistent/ca.crt")},
     ],
 )
-def test_settings_it_cannot_use_are_refused_at_construction(api: Cluster, own_token: Path, changes: dict[str, Any]):
+def test_settings_it_cannot_use_are_refused_at_construction(
+    api: Cluster, own_token: Path, changes: dict[str, Any]
+) -> None:
     with pytest.raises(ConfigurationError) as caught:
         _configured(api, own_token, **changes)
     assert "KAGENT_GOVERNED_MEMORY_IDENTITY_" in str(caught.value) and "pass" not in str(caught.value)
@@ -361,7 +365,7 @@ def test_settings_it_cannot_use_are_refused_at_construction(api: Cluster, own_to
 
 async def test_keys_that_cannot_be_had_are_identity_unavailable(
     api: Cluster, own_token: Path, keys: Keys, frozen: Any, tmp_path: Path
-):
+) -> None:
     value = bearer(token(keys.rsa))
     cases: list[tuple[dict[str, Any], dict[str, Any], str]] = [
         ({"status": 503}, {}, "discovery_http_503"),
@@ -386,7 +390,7 @@ async def test_keys_that_cannot_be_had_are_identity_unavailable(
 
 async def test_a_failed_fetch_is_retried_after_a_few_seconds_not_on_every_call(
     verifier: WorkloadIdentity, api: Cluster, keys: Keys, frozen: Any
-):
+) -> None:
     api.status = 503
     value = bearer(token(keys.rsa))
     for _ in range(5):
@@ -400,7 +404,7 @@ async def test_a_failed_fetch_is_retried_after_a_few_seconds_not_on_every_call(
 
 async def test_a_new_kid_served_later_is_picked_up_at_most_once_a_minute(
     verifier: WorkloadIdentity, api: Cluster, keys: Keys, frozen: Any
-):
+) -> None:
     assert await verifier.agent(bearer(token(keys.rsa))) == AgentId("agents", "alpha")
     api.keys = [keys.rsa, keys.ec, keys.other_rsa]  # the API server rotates in a new key
     for second in range(0, 60, 6):
@@ -424,7 +428,7 @@ async def test_a_new_kid_served_later_is_picked_up_at_most_once_a_minute(
 )
 async def test_the_keys_are_kept_for_their_max_age_within_bounds(
     verifier: WorkloadIdentity, api: Cluster, keys: Keys, frozen: Any, cache_control: str, kept: int
-):
+) -> None:
     api.cache_control = cache_control
     assert await verifier.agent(bearer(token(keys.rsa))) == AgentId("agents", "alpha")
     api.keys = [keys.ec]  # the RSA key retired
@@ -439,7 +443,7 @@ async def test_the_keys_are_kept_for_their_max_age_within_bounds(
     assert api.fetches() == 2
 
 
-async def test_concurrent_calls_share_one_fetch(verifier: WorkloadIdentity, api: Cluster, keys: Keys):
+async def test_concurrent_calls_share_one_fetch(verifier: WorkloadIdentity, api: Cluster, keys: Keys) -> None:
     tokens = [bearer(token(keys.rsa if n % 2 else keys.ec)) for n in range(20)]
     agents = await asyncio.gather(*(verifier.agent(value) for value in tokens))
     assert set(agents) == {AgentId("agents", "alpha")}
@@ -451,7 +455,7 @@ async def test_concurrent_calls_share_one_fetch(verifier: WorkloadIdentity, api:
 
 async def test_a_verified_token_is_remembered_until_its_exp_and_no_longer(
     verifier: WorkloadIdentity, api: Cluster, keys: Keys, frozen: Any
-):
+) -> None:
     api.cache_control = "public, max-age=120"
     value = bearer(token(keys.rsa))
     assert await verifier.agent(value) == AgentId("agents", "alpha")
@@ -467,7 +471,7 @@ async def test_a_verified_token_is_remembered_until_its_exp_and_no_longer(
 
 async def test_the_remembered_tokens_are_bounded(
     verifier: WorkloadIdentity, keys: Keys, monkeypatch: pytest.MonkeyPatch
-):
+) -> None:
     monkeypatch.setattr(identity, "CACHED_TOKENS", 3)
     values = [bearer(token(keys.ec)) for _ in range(5)]
     for value in values:
@@ -482,7 +486,7 @@ async def test_the_remembered_tokens_are_bounded(
 
 async def test_no_token_or_claim_reaches_a_log_line(
     api: Cluster, own_token: Path, keys: Keys, frozen: Any, caplog: pytest.LogCaptureFixture
-):
+) -> None:
     body = claims()
     secrets = [OWN_TOKEN, body["jti"], body["kubernetes.io"]["pod"]["name"], body["kubernetes.io"]["pod"]["uid"]]
     value = token(keys.rsa, body)
