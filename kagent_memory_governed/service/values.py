@@ -11,12 +11,15 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Protocol, TypeAlias
 
+# an embedding as the store takes it: a list of numbers, or the array the service reads off the wire. At run time
+# the alias is the list form alone, so that introspection resolves it without importing numpy here.
 if TYPE_CHECKING:
     import numpy
     import numpy.typing
 
-# an embedding as the store takes it: a list of numbers, or the array the service reads off the wire
-Embedding: TypeAlias = "Sequence[float] | numpy.typing.NDArray[numpy.floating[Any]]"
+    Embedding: TypeAlias = Sequence[float] | numpy.typing.NDArray[numpy.floating[Any]]
+else:
+    Embedding = Sequence[float]
 
 
 class Fact(Protocol):
