@@ -116,9 +116,11 @@ class DataPlane:
         """Whether an admission Admit recorded for this call awaits it (taken once)."""
         deadlines = self._spent.get(admitted, [])
         now = time.monotonic()
-        while deadlines and deadlines[0] <= now:
+        while deadlines and deadlines[0] <= now:  # lapsed: their call is admitted again
             deadlines.pop(0)
-        taken = bool(deadlines) and deadlines.pop(0) > now
+        taken = bool(deadlines)
+        if taken:
+            deadlines.pop(0)
         if not deadlines:
             self._spent.pop(admitted, None)
         return taken
@@ -271,7 +273,7 @@ def _operation(name: str, allowed: frozenset[Operation]) -> Operation:
 def _embedding(vector: pb.Vector) -> Embedding:
     """A ``Vector``'s values for the store, which takes arrays and lists, not containers: the single-precision array
     they are on the wire, read from the message's own packed bytes (field 1, a length, little-endian floats) without
-    a list of 768 Python floats in between; the list, if the message holds anything else."""
+    a list of 768 Python floats in between (protobuf writes repeated floats packed); an empty list for none."""
     raw = vector.SerializeToString()
     length, shift, at = 0, 0, 1
     while raw[:1] == b"\x0a" and at < len(raw) and shift < 35:

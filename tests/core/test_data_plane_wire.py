@@ -151,3 +151,38 @@ def test_loading_the_client_loads_no_database_code() -> None:
 
 def test_importing_the_client_through_the_package_loads_no_database_code() -> None:
     assert not {name for name in _loaded(bypass=False) if HEAVY.match(name)}
+
+
+def test_an_embedding_read_off_the_wire_is_the_message_s_own_single_precision_values() -> None:
+    """``server._embedding`` reads a ``Vector``'s packed floats without a list in between: the same values as the
+    list, NaN and infinities kept for the policy to refuse, and an empty list for an empty message."""
+    import numpy
+
+    from kagent_memory_governed.service import server
+
+    rng = numpy.random.default_rng(5)
+    for values_ in ([*rng.standard_normal(768)], [float("nan"), float("inf"), -0.0, 3.4e38] * 192, [1.0]):
+        read = server._embedding(pb.Vector(values=values_))
+        expected = numpy.asarray(values_, dtype=numpy.float32)
+        assert isinstance(read, numpy.ndarray) and read.dtype == numpy.float32
+        assert read.tobytes() == expected.tobytes()
+    assert server._embedding(pb.Vector()) == []
+    unpacked = pb.Vector()
+    unpacked.ParseFromString(b"".join(b"\x0d" + numpy.float32(v).tobytes() for v in (1.5, -2.0)))  # one tag a float
+    assert server._embedding(unpacked).tolist() == [1.5, -2.0]  # a sender's unpacked floats: re-encoded packed
+
+
+def test_a_timestamp_on_the_wire_is_the_one_protobuf_would_write() -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from google.protobuf.timestamp_pb2 import Timestamp
+
+    from kagent_memory_governed.service import server
+
+    start = datetime(1971, 1, 1, tzinfo=UTC)
+    for step in range(0, 2_000_000_000, 9_876_543):
+        moment = start + timedelta(seconds=step, microseconds=step % 1_000_000)
+        for given in (moment, moment.replace(tzinfo=None)):  # a naive time is taken as UTC, as FromDatetime does
+            expected = Timestamp()
+            expected.FromDatetime(given)
+            assert server._timestamp(given) == expected
