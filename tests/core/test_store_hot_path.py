@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from collections import Counter
+from collections.abc import Awaitable, Callable, Iterator
+from typing import cast
 
 import asyncpg
 import pytest
@@ -21,17 +23,22 @@ from kagent_memory_governed.testing import embed
 
 
 @pytest.fixture
-def wire(store: Store, monkeypatch: pytest.MonkeyPatch):
+def wire(store: Store, monkeypatch: pytest.MonkeyPatch) -> Iterator[list[str]]:
     """What the store sends: every statement, and every BEGIN the driver issues."""
     sent: list[str] = []
-    original = AsyncAdapt_asyncpg_connection._start_transaction
+    original = cast(
+        Callable[[AsyncAdapt_asyncpg_connection], Awaitable[None]],  # SQLAlchemy leaves it unannotated
+        AsyncAdapt_asyncpg_connection._start_transaction,
+    )
 
-    async def counting(self):
+    async def counting(self: AsyncAdapt_asyncpg_connection) -> None:
         if self.isolation_level != "autocommit":
             sent.append("BEGIN")
         return await original(self)
 
-    def statement(conn, cursor, text, parameters, context, executemany):
+    def statement(
+        conn: object, cursor: object, text: str, parameters: object, context: object, executemany: bool
+    ) -> None:
         sent.append(text)
 
     monkeypatch.setattr(AsyncAdapt_asyncpg_connection, "_start_transaction", counting)
@@ -43,9 +50,9 @@ def wire(store: Store, monkeypatch: pytest.MonkeyPatch):
 
 async def test_each_data_plane_operation_is_one_statement_without_a_transaction_block(
     store: Store, key: ScopeKey, wire: list[str]
-):
+) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
-    operations = {
+    operations: dict[str, Callable[[], Awaitable[object]]] = {
         "admit": lambda: store.admit(key, generation, "save", units=1, explicit=True),
         "write": lambda: store.write(key, generation, facts("likes green tea", "lives in Lisbon")),
         "search": lambda: store.search(key, generation, embed("tea")),
@@ -62,7 +69,7 @@ async def test_each_data_plane_operation_is_one_statement_without_a_transaction_
     assert len(wire) == 1
 
 
-async def test_an_erasure_is_the_fence_then_one_call(store: Store, key: ScopeKey, wire: list[str]):
+async def test_an_erasure_is_the_fence_then_one_call(store: Store, key: ScopeKey, wire: list[str]) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     await store.write(key, generation, facts(*[f"fact {n}" for n in range(100)]))
     wire.clear()
@@ -73,7 +80,7 @@ async def test_an_erasure_is_the_fence_then_one_call(store: Store, key: ScopeKey
 
 async def test_writers_that_waited_for_the_scope_lock_count_what_the_first_committed(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     """The form that broke the cap: counting on a snapshot taken before the lock wait. Both writers queue
     behind a held scope lock; each batch fits alone, the two together do not."""
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -89,7 +96,7 @@ async def test_writers_that_waited_for_the_scope_lock_count_what_the_first_commi
                 if await sql.fetchval("SELECT count(DISTINCT pid) FROM pg_locks WHERE NOT granted") >= 2:
                     break
                 await asyncio.sleep(0.001)
-        outcomes = Counter()
+        outcomes: Counter[str] = Counter()
         for writer in writers:
             try:
                 await writer
@@ -106,7 +113,7 @@ async def test_writers_that_waited_for_the_scope_lock_count_what_the_first_commi
 
 async def test_a_prefetch_is_one_fence_one_snapshot_and_one_ledger_row(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     await store.write(key, generation, facts("likes green tea", "lives in Lisbon", "plays chess", "owns a cat"))
     queries = [embed("green tea"), embed("Lisbon"), embed("chess cat")]
@@ -128,13 +135,13 @@ async def test_a_prefetch_is_one_fence_one_snapshot_and_one_ledger_row(
 
 
 @pytest.mark.parametrize("count", [0, Policy().prefetch_max_subqueries + 1])
-async def test_a_prefetch_of_no_or_too_many_subqueries_is_bad_input(store: Store, key: ScopeKey, count: int):
+async def test_a_prefetch_of_no_or_too_many_subqueries_is_bad_input(store: Store, key: ScopeKey, count: int) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     assert await refusal(store.search_many(key, generation, [embed("q")] * count)) is Reason.BAD_INPUT
 
 
 @pytest.mark.parametrize("value", [3.5e38, float("inf"), float("nan")])
-async def test_a_vector_value_beyond_single_precision_is_bad_input(store: Store, key: ScopeKey, value: float):
+async def test_a_vector_value_beyond_single_precision_is_bad_input(store: Store, key: ScopeKey, value: float) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     vector = [0.0] * EMBEDDING_DIMENSIONS
     vector[7] = value
@@ -142,7 +149,7 @@ async def test_a_vector_value_beyond_single_precision_is_bad_input(store: Store,
     assert await refusal(store.write(key, generation, [NewFact("x", vector)])) is Reason.BAD_INPUT
 
 
-async def test_vectors_are_sealed_as_sent(store: Store, key: ScopeKey, sql: asyncpg.Connection):
+async def test_vectors_are_sealed_as_sent(store: Store, key: ScopeKey, sql: asyncpg.Connection) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     [entry_id] = await store.write(key, generation, facts("likes green tea"))
     row = await sql.fetchrow("SELECT * FROM governed_memory.entries WHERE entry_id = $1", entry_id)
@@ -159,7 +166,7 @@ async def test_vectors_are_sealed_as_sent(store: Store, key: ScopeKey, sql: asyn
 
 async def test_a_pooled_connection_killed_while_idle_is_replaced_without_a_pre_ping(
     database_url: str, key: ScopeKey, sql: asyncpg.Connection, store: Store
-):
+) -> None:
     """No pre-ping round trip, yet the first operation after its backends were killed succeeds."""
     own = Store.connect(database_url, Policy(), keys=store.key_store, pool_size=2, max_overflow=0)
     pooled = []
@@ -187,7 +194,7 @@ async def test_a_pooled_connection_killed_while_idle_is_replaced_without_a_pre_p
 
 async def test_turn_references_are_name_based_and_the_count_is_per_generation(
     store: Store, key: ScopeKey, sql: asyncpg.Connection
-):
+) -> None:
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     assert [await store.record_turn(key, generation, "s", f"i{n}", recalled=False) for n in range(3)] == [1, 2, 3]
     assert await store.record_turn(key, generation, "s", "i0", recalled=True) == 3  # recorded once
@@ -200,7 +207,7 @@ async def test_turn_references_are_name_based_and_the_count_is_per_generation(
 
 async def test_a_scope_is_read_by_its_key_never_through_the_expiry_index(
     store: Store, database_url: str, sql: asyncpg.Connection
-):
+) -> None:
     """Every per-scope read finds the scope's rows by the primary key, even under the generic plan PostgreSQL
     caches for a prepared statement or a function after five calls: joined with the expiry index, a read would
     scan that index over every live entry of every scope (11.8 ms at 100,000 entries, #29). The expiry index is
