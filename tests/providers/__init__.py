@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from ._adapters import ADAPTERS, RELEASE, Adapter, available
 from ._provider import Provider, Request, provider_fixture
-from ._script import Failure, Reply, ToolCall, View, default_script
+from ._script import Failure, Reply, Script, ToolCall, View, default_script
 
 __all__ = [
     "ADAPTERS",
@@ -36,6 +36,7 @@ __all__ = [
     "Provider",
     "Reply",
     "Request",
+    "Script",
     "ToolCall",
     "View",
     "available",

@@ -16,18 +16,20 @@ import logging
 import re
 import time
 from collections.abc import AsyncIterator, Callable
+from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 import httpx
 import pytest
 from controller import FakeController
-from providers import Adapter, Failure, Provider, Reply, ToolCall, View, available
+from providers import Adapter, Failure, Provider, Reply, Script, ToolCall, View, available
 from support import facts
 
 from kagent_memory_governed.adk.boundary import placeholder
 from kagent_memory_governed.assertion import verify
 from kagent_memory_governed.clock import now
+from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import CONFIG, HOMESERVER, A2AClient, Bridge, build_app, new_context
 
@@ -60,8 +62,9 @@ def script(view: View) -> Reply | ToolCall | str:
     return "ok"
 
 
-def tool_answer(tool_result: str) -> object:
+def tool_answer(tool_result: str | None) -> object:
     """The tool answer the model reads: the text itself, or (Gemini, SAP AI Core) the response object's ``result``."""
+    assert tool_result is not None, "the request carries no tool result"
     try:
         value = json.loads(tool_result)
     except json.JSONDecodeError:
@@ -91,28 +94,40 @@ class Wire:
         return json.dumps(await agent.send(text, context_id=self.context, user=ALICE, scope=scope))
 
     def chats(self, since: int = 0) -> list[View]:
-        return [request.view for request in self.provider.requests[since:] if request.kind == "chat"]
+        return [
+            request.view
+            for request in self.provider.requests[since:]
+            if request.kind == "chat" and request.view is not None  # a chat request always has its view
+        ]
 
     def bodies(self, since: int = 0) -> list[bytes]:
         return [request.body for request in self.provider.requests[since:] if request.kind in ("chat", "summary")]
 
 
 @pytest.fixture
-async def consented(store: Store, bridge: Bridge) -> tuple[object, int]:
+async def consented(store: Store, bridge: Bridge) -> tuple[ScopeKey, int]:
     key = verify(bridge.sign(time.time()), bridge.trust(), now=now(), user_id=ALICE).key
+    assert key is not None  # a scope token, not an offboarding one
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     await store.write(key, generation, facts(TEA))
     return key, generation
 
 
+OpenWire = Callable[[Adapter, bool, Script], AbstractAsyncContextManager[Wire]]
+
+
 @pytest.fixture
 def wire(
-    runtime: Runtime, controller: FakeController, bridge: Bridge, consented, monkeypatch: pytest.MonkeyPatch
-) -> Callable[[Adapter, bool, Callable[[View], object]], AsyncIterator[Wire]]:
+    runtime: Runtime,
+    controller: FakeController,
+    bridge: Bridge,
+    consented: tuple[ScopeKey, int],
+    monkeypatch: pytest.MonkeyPatch,
+) -> OpenWire:
     from contextlib import asynccontextmanager
 
     @asynccontextmanager
-    async def open_wire(adapter: Adapter, streaming: bool, answer: Callable[[View], object]) -> AsyncIterator[Wire]:
+    async def open_wire(adapter: Adapter, streaming: bool, answer: Script) -> AsyncIterator[Wire]:
         with Provider(answer) as provider:
             adapter.apply(provider, monkeypatch)
             config = {**CONFIG, "model": adapter.model(provider), "stream": streaming}
@@ -127,7 +142,12 @@ def wire(
 @pytest.mark.parametrize("streaming", MODES)
 @pytest.mark.parametrize("adapter", available(), ids=lambda adapter: adapter.name)
 async def test_every_memory_path_reaches_the_provider_as_the_model_can_read_it(
-    wire, runtime: Runtime, store: Store, consented, adapter: Adapter, streaming: bool
+    wire: OpenWire,
+    runtime: Runtime,
+    store: Store,
+    consented: tuple[ScopeKey, int],
+    adapter: Adapter,
+    streaming: bool,
 ) -> None:
     async with wire(adapter, streaming, script) as session:
         answer = await session.say(QUESTION)  # a new session: prefetch, then load_memory
@@ -167,7 +187,7 @@ def failing(view: View) -> Failure:
 @pytest.mark.parametrize("streaming", MODES)
 @pytest.mark.parametrize("adapter", available(), ids=lambda adapter: adapter.name)
 async def test_a_provider_failure_inside_memory_work_answers_model_failed_whichever_adapter_raised_it(
-    wire, adapter: Adapter, streaming: bool, caplog: pytest.LogCaptureFixture
+    wire: OpenWire, adapter: Adapter, streaming: bool, caplog: pytest.LogCaptureFixture
 ) -> None:
     caplog.set_level(logging.DEBUG)
     async with wire(adapter, streaming, failing) as session:

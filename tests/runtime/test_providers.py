@@ -7,10 +7,10 @@ from __future__ import annotations
 import importlib.util
 import json
 import typing
-from typing import TYPE_CHECKING
 
 import httpx
 import pytest
+from google.adk.models.base_llm import BaseLlm
 from google.adk.models.llm_request import LlmRequest
 from google.adk.models.llm_response import LlmResponse
 from google.genai import types
@@ -31,9 +31,6 @@ from providers import (
 
 from kagent_memory_governed.adk.conversation import SUMMARY_MARKER
 
-if TYPE_CHECKING:
-    from kagent_memory_governed.testing import ScriptedModel
-
 SYSTEM = "You are the loopback agent. Answer in one line."
 USER = 'Which colour do I like? Say "it" plainly.'
 FACT = 'Favourite colour: "teal" — ünïcode'
@@ -50,7 +47,7 @@ adapters = pytest.mark.parametrize("adapter", list(ADAPTERS.values()), ids=list(
 streams = pytest.mark.parametrize("stream", [False, True], ids=["send", "stream"])
 
 
-def build(adapter: Adapter, provider: Provider, monkeypatch: pytest.MonkeyPatch):
+def build(adapter: Adapter, provider: Provider, monkeypatch: pytest.MonkeyPatch) -> BaseLlm:
     """The adapter kagent builds for an agent whose model config points at ``provider``."""
     if not adapter.available:
         pytest.skip(f"kagent-adk {RELEASE} has no {adapter.name} adapter")
@@ -58,7 +55,9 @@ def build(adapter: Adapter, provider: Provider, monkeypatch: pytest.MonkeyPatch)
     config = AgentConfig.model_validate(
         {"model": adapter.model(provider), "description": "loopback", "instruction": SYSTEM}
     )
-    return config.to_agent("loopback").model
+    model = config.to_agent("loopback").model
+    assert isinstance(model, BaseLlm)  # the adapter itself, not a model name
+    return model
 
 
 def conversation(adapter: Adapter) -> LlmRequest:
@@ -80,7 +79,7 @@ def conversation(adapter: Adapter) -> LlmRequest:
     return LlmRequest(model=adapter.model_name, contents=contents, config=config)
 
 
-async def generate(model: ScriptedModel, request: LlmRequest, stream: bool) -> list[LlmResponse]:
+async def generate(model: BaseLlm, request: LlmRequest, stream: bool) -> list[LlmResponse]:
     return [response async for response in model.generate_content_async(request, stream=stream)]
 
 
@@ -130,6 +129,7 @@ async def test_the_provider_receives_what_the_adapter_rendered_and_its_answer_co
 
     final = responses[-1]
     assert final.error_code is None and not final.partial
+    assert final.content is not None and final.content.parts is not None
     assert final.content.parts[0].text == "noted"
     [call] = [part.function_call for part in final.content.parts if part.function_call]
     assert (call.name, call.args) == ("save_memory", args)
@@ -152,6 +152,7 @@ async def test_a_provider_error_reaches_kagent_as_the_adapter_surfaces_it(
     else:  # every other adapter catches it and answers an error response
         [response] = await generate(model, conversation(adapter), stream)
         assert response.error_code == "API_ERROR"
+        assert response.error_message is not None
         assert ERROR_MARKS[adapter.protocol, status] in response.error_message
         assert response.content is None
     assert len(provider.of("chat")) == 1  # no client retried
@@ -174,14 +175,14 @@ async def test_a_provider_error_in_the_middle_of_a_stream_reaches_kagent_as_the_
     else:
         responses = await generate(model, conversation(adapter), stream=True)
         assert responses[-1].error_code == "API_ERROR"
+        error_message = responses[-1].error_message
+        assert error_message is not None
         if PROVIDER_TEXT_WITHHELD:  # the series' patch 0004: the status and the provider's code, not its text
             # the Responses API's adapter reports the stream's own event code instead
-            assert responses[-1].error_message.startswith(
-                ("Model provider request failed", "OpenAI responses request failed")
-            )
-            assert "loopback provider overloaded mid-stream" not in responses[-1].error_message
+            assert error_message.startswith(("Model provider request failed", "OpenAI responses request failed"))
+            assert "loopback provider overloaded mid-stream" not in error_message
         else:
-            assert "loopback provider overloaded mid-stream" in responses[-1].error_message
+            assert "loopback provider overloaded mid-stream" in error_message
     assert len(provider.of("chat")) == 1
 
 
@@ -198,6 +199,7 @@ async def test_the_summarizer_request_is_told_apart_and_answered_by_the_script(
 
     [response] = await generate(model, summary, stream=False)
 
+    assert response.content is not None and response.content.parts is not None
     assert response.content.parts[0].text == '["The user likes teal."]'
     assert [r.kind for r in provider.requests if r.view] == ["summary"]
     assert provider.of("chat") == [] and provider.received(SUMMARY_MARKER, kind="summary")
