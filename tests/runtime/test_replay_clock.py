@@ -37,7 +37,8 @@ async def other(store: Store, database_url: str) -> AsyncIterator[Store]:
 
 
 async def _records(sql: asyncpg.Connection, jti: str) -> int:
-    return await sql.fetchval("SELECT count(*) FROM governed_memory.replays WHERE jti = $1", jti)
+    records: int = await sql.fetchval("SELECT count(*) FROM governed_memory.replays WHERE jti = $1", jti)
+    return records
 
 
 async def test_a_replica_whose_clock_is_ahead_cannot_sweep_a_record_another_still_needs(
@@ -95,7 +96,7 @@ def _replica(store: Store, bridge: Bridge) -> httpx.AsyncClient:
 
 async def test_a_consent_token_replayed_after_a_skewed_sweep_cannot_switch_memory_back_on(
     store: Store, other: Store, bridge: Bridge
-):
+) -> None:
     """The attack of #27: consent, off, a sweep by a replica (or the sweep CronJob's pod) whose clock runs ahead
     by more than the leeway, then the consent token replayed on a replica with the right time."""
     signed = time.time()

@@ -14,9 +14,10 @@ import re
 import time
 import uuid
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import httpx
+import pytest
 from controller import FakeController, listening
 from providers import Provider, ToolCall, View
 from service import REMOTE, Service
@@ -43,7 +44,7 @@ def script(view: View) -> str | ToolCall:
     return "ok"
 
 
-def message(method: str, text: str, context: str) -> dict:
+def message(method: str, text: str, context: str) -> dict[str, Any]:
     parts = [{"kind": "text", "text": text}]
     payload = {"kind": "message", "role": "user", "messageId": uuid.uuid4().hex, "contextId": context, "parts": parts}
     return {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": method, "params": {"message": payload}}
@@ -60,7 +61,7 @@ def remote_environment(env: dict[str, str], service: Service, token: Path) -> di
 
 
 def test_a_served_lifecycle_logs_one_access_line_a_request_no_logging_error_and_nothing_remembered(
-    tmp_path: Path, bridge: Bridge, database_url: str, store: Store, request
+    tmp_path: Path, bridge: Bridge, database_url: str, store: Store, request: pytest.FixtureRequest
 ) -> None:
     service: Service | None = request.getfixturevalue("memory_service") if REMOTE else None
     fake = FakeController()
@@ -81,19 +82,22 @@ def test_a_served_lifecycle_logs_one_access_line_a_request_no_logging_error_and_
             control_url = service.control if service is not None else url
             with httpx.Client(base_url=url, timeout=60) as http, httpx.Client(base_url=control_url) as bridged:
 
-                def call(method: str, path: str, expected: int = 200, **kwargs) -> httpx.Response:
+                def call(method: str, path: str, expected: int = 200, **kwargs: Any) -> httpx.Response:
                     answer = http.request(method, path, **kwargs)
                     assert answer.status_code == expected, answer.text
                     sent.append((method, path, expected))
                     return answer
 
-                def control(method: str, path: str, op: str, body: dict | None = None) -> dict:
+                def control(method: str, path: str, op: str, body: dict[str, Any] | None = None) -> dict[str, Any]:
                     headers = {"Authorization": f"Bearer {bridge.sign(time.time(), 'control', op=op)}"}
+                    answered: dict[str, Any]
                     if service is None:  # the agent serves the control API: its access log has each call
-                        return call(method, path, json=body, headers=headers).json()
+                        answered = call(method, path, json=body, headers=headers).json()
+                        return answered
                     answer = bridged.request(method, path, json=body, headers=headers)  # the service serves it
                     assert answer.status_code == 200, answer.text
-                    return answer.json()
+                    answered = answer.json()
+                    return answered
 
                 def say(text: str, context: str, *, header: bool = True, stream: bool = False) -> str:
                     headers = {"X-User-Id": ALICE}

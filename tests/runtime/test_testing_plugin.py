@@ -4,6 +4,7 @@ tables emptied after each test, and every limit following a frozen clock."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import Any
 
 from freezegun import freeze_time
 
@@ -11,7 +12,7 @@ from kagent_memory_governed.clock import now
 from kagent_memory_governed.testing.plugin import GovernedAgent
 
 
-def saving(text: str) -> list[tuple[str, dict]]:
+def saving(text: str) -> list[tuple[str, dict[str, Any]]]:
     return [("save_memory", {"content": text})]
 
 
