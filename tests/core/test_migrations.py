@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import asyncpg
 import pytest
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
+from sqlalchemy import Connection
 from sqlalchemy.ext.asyncio import create_async_engine
 from support import make_key
 
@@ -24,7 +26,7 @@ _databases = itertools.count()
 
 
 @pytest.fixture
-async def fresh_database(database_url: str, sql: asyncpg.Connection):
+async def fresh_database(database_url: str, sql: asyncpg.Connection) -> AsyncIterator[str]:
     name = f"fresh_{next(_databases)}"
     await sql.execute(f"DROP DATABASE IF EXISTS {name}")
     await sql.execute(f"CREATE DATABASE {name}")
@@ -48,7 +50,7 @@ async def test_an_unmigrated_database_is_refused_until_migrated(fresh_database: 
             await first.check_ready()
         assert refused.value.reason is Reason.SCHEMA_MISSING
         assert await first.revision() is None
-        assert await asyncio.gather(first.migrate(), second.migrate()) == ["0014", "0014"]  # replicas race safely
+        assert list(await asyncio.gather(first.migrate(), second.migrate())) == ["0014", "0014"]  # replicas race safely
         await first.check_ready()
     finally:
         await first.close()
@@ -60,7 +62,7 @@ async def test_the_declared_schema_matches_the_migrations(store: Store, database
     try:
         async with engine.connect() as conn:
 
-            def differences(sync_conn) -> list:
+            def differences(sync_conn: Connection) -> list[object]:
                 context = MigrationContext.configure(
                     sync_conn,
                     opts={
@@ -69,7 +71,8 @@ async def test_the_declared_schema_matches_the_migrations(store: Store, database
                         "include_object": lambda obj, name, kind, *_: name != "alembic_version",
                     },
                 )
-                return compare_metadata(context, metadata)
+                found: list[object] = compare_metadata(context, metadata)
+                return found
 
             assert await conn.run_sync(differences) == []
     finally:

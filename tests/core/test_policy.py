@@ -3,6 +3,7 @@ from __future__ import annotations
 import json
 import math
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import numpy
@@ -184,7 +185,8 @@ def test_expiry_is_the_smallest_of_request_policy_and_consent() -> None:
     assert expiry_seconds(None, Policy(), 600) == 600
     assert expiry_seconds(60, policy, 604800) == 60
     assert expiry_seconds(10**9, policy, 604800) == 3600
-    for bad in (0, -5, True, 1.5):
+    wrong: tuple[Any, ...] = (0, -5, True, 1.5)  # a bool and a float too: what an untyped caller may send
+    for bad in wrong:
         with pytest.raises(GovernedMemoryError):
             expiry_seconds(bad, policy, 604800)
 

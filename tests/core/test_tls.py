@@ -24,6 +24,7 @@ import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import asyncpg
@@ -394,7 +395,7 @@ async def test_doctor_passes_and_static_serves_over_verify_full(
     assert PASSWORD not in output and str(pki.ca) not in output
 
 
-def _wait_ready(server: subprocess.Popen, base: str) -> tuple[int, dict] | None:
+def _wait_ready(server: subprocess.Popen[str], base: str) -> tuple[int, dict[str, Any]] | None:
     deadline = time.monotonic() + 90
     while time.monotonic() < deadline and server.poll() is None:
         try:
