@@ -14,6 +14,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from google.adk.tools.base_tool import BaseTool
 from packaging.requirements import Requirement
 
 from kagent_memory_governed.adk import upstream
@@ -50,7 +51,9 @@ def test_every_name_runtime_patching_replaces_exists(module: str, name: str) -> 
 
 
 def test_configure_memory_is_a_method_runtime_patching_can_replace() -> None:
-    source = Path(importlib.util.find_spec("kagent.adk.types").origin).read_text()
+    spec = importlib.util.find_spec("kagent.adk.types")
+    assert spec is not None and spec.origin is not None
+    source = Path(spec.origin).read_text()
     assert "    def _configure_memory(self, agent: Agent) -> None:" in source
 
 
@@ -58,6 +61,7 @@ def test_upstream_save_tool_calls_add_memory_in_the_recorded_form() -> None:
     from kagent_memory_governed.adk.tools import GovernedSaveMemoryTool
 
     (save_memory_tool,) = GovernedSaveMemoryTool.__bases__  # upstream's SaveMemoryTool
+    assert issubclass(save_memory_tool, BaseTool)
     source = inspect.getsource(save_memory_tool.run_async)
     assert f"{upstream.installed().save_tool_call}=" in source
 
@@ -73,6 +77,7 @@ def test_the_governed_save_tool_never_runs_upstreams_answer() -> None:
     from kagent_memory_governed.adk.tools import GovernedSaveMemoryTool
 
     (save_memory_tool,) = GovernedSaveMemoryTool.__bases__
+    assert issubclass(save_memory_tool, BaseTool)
     assert save_memory_tool.__module__ == "kagent.adk.tools.memory_tools"
     assert GovernedSaveMemoryTool.run_async is not save_memory_tool.run_async
     assert "Error saving memory" not in inspect.getsource(GovernedSaveMemoryTool)
