@@ -215,7 +215,9 @@ async def test_two_replicas_and_a_sweep_share_two_server_sessions_through_the_wh
             swept = await asyncio.gather(
                 sweeper.sweep(), sweeper.sweep(), *(read_after_expiry(n, key) for n, key in enumerate(keys))
             )
-            assert swept[0] + swept[1] == SUBJECTS  # each expired entry deleted once, by one of the two sweeps
+            first, second = swept[0], swept[1]
+            assert isinstance(first, int) and isinstance(second, int)  # the two sweeps' counts
+            assert first + second == SUBJECTS  # each expired entry deleted once, by one of the two sweeps
 
             answered: dict[uuid.UUID, int] = {}
 
@@ -362,6 +364,7 @@ async def test_a_server_down_behind_the_pooler_names_its_cause(stoppable: tuple[
     BINARIES[binary].require()
     url, data = stoppable
     name = make_url(url).database
+    assert name is not None
     with PgBouncer({name: f"{server_of(url)} dbname={name}"}, binary=BINARIES[binary]) as bouncer:
         held = Store.connect(bouncer.url(name), Policy(), keys=keys_of(url), statement_timeout_ms=1000)
         try:

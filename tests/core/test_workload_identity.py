@@ -271,7 +271,7 @@ REFUSALS: dict[str, Any] = {
 }
 
 
-def _now() -> dict[str, int]:
+def _now() -> dict[str, object]:
     now = int(T0.timestamp())
     return {"aud": [AUDIENCE], "iat": now, "nbf": now, "exp": now + 600}
 
