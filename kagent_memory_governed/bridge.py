@@ -64,7 +64,7 @@ from kagent_memory_governed.contract import (
     ScopeStatus,
     SwitchedOff,
 )
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Reason
 from kagent_memory_governed.limits import MAX_PAGE
 
 Op = Literal["consent", "status", "entries", "forget", "forget-all", "off", "offboard"]
@@ -127,11 +127,11 @@ class ScopeSigner:
 def _unanswered(error: httpx.TransportError) -> GovernedMemoryError:
     """No answer, as a reason code: the exception's text (a URL, an address) is not passed on."""
     if isinstance(error, httpx.TimeoutException):
-        cause = "timeout"
+        cause = Cause.TIMEOUT
     elif isinstance(error, httpx.ConnectError):
-        cause = "unreachable"
+        cause = Cause.UNREACHABLE
     else:
-        cause = "transport"
+        cause = Cause.TRANSPORT
     return GovernedMemoryError(Reason.SERVICE_UNAVAILABLE, cause=cause)
 
 
@@ -212,7 +212,7 @@ class _Client:
         try:
             value = model.model_validate(found)
         except ValidationError:  # a 200 that is not this call's answer
-            raise GovernedMemoryError(Reason.SERVICE_UNAVAILABLE, cause="bad_answer") from None
+            raise GovernedMemoryError(Reason.SERVICE_UNAVAILABLE, cause=Cause.BAD_ANSWER) from None
         generation = getattr(value, "generation", None)
         if isinstance(generation, int) and generation >= 1:
             self.generation = generation

@@ -1,7 +1,9 @@
 """The control API's wire contract, once: every call's method, path, token ``op``, body and answer.
 
 The server (``control``), the bridge's client (``bridge``) and the tests read ``CALLS``; docs/bridge.md
-states the same table for people, and a test holds the two together. Bodies are closed and strictly
+states the same table for people, and a test holds the two together. ``Reason`` (a refusal's ``error``) and
+``Cause`` (an operator's category beside it: docs/operator.md, held to it by ``tests/core/test_causes.py``) are the
+core's, re-exported here as the names others depend on. Bodies are closed and strictly
 typed (the server validates what a caller sends with them); answers are read from the store's values on
 the server and from JSON on the client, and timestamps are written as RFC 3339 UTC.
 """
@@ -18,6 +20,8 @@ from pydantic import AfterValidator, AliasChoices, BaseModel, BeforeValidator, C
 
 from kagent_memory_governed.assertion import ControlOperation as ControlOperation  # a token's ``op``: the core's
 from kagent_memory_governed.consent import Erasure
+from kagent_memory_governed.errors import Cause as Cause  # an error's operator-facing category: the core's
+from kagent_memory_governed.errors import Reason as Reason  # a refusal's code (``Refusal.error``): the core's
 from kagent_memory_governed.limits import MAX_PAGE
 
 PREFIX = "/memory/v1"
@@ -191,6 +195,7 @@ __all__ = [
     "Answer",
     "Body",
     "Call",
+    "Cause",
     "ConfirmBody",
     "Consent",
     "ConsentBody",
@@ -202,6 +207,7 @@ __all__ = [
     "Memory",
     "PageQuery",
     "PrincipalOffboarded",
+    "Reason",
     "Refusal",
     "ScopeStatus",
     "SwitchedOff",

@@ -72,7 +72,7 @@ async def _key_store(settings: Settings) -> tuple[Check, KeyStore | None]:
     except ConfigurationError as error:
         return Check("key_store", False, error.code, _setting_named(error)), None
     except GovernedMemoryError as error:
-        return Check("key_store", False, error.reason.value, error.cause), None
+        return Check("key_store", False, error.reason.value, error.shown), None
     except Exception as error:  # a defect: its type only
         return Check("key_store", False, Reason.INTERNAL_ERROR.value, type(error).__name__), None
     try:
@@ -81,7 +81,7 @@ async def _key_store(settings: Settings) -> tuple[Check, KeyStore | None]:
         with contextlib.suppress(Exception):
             await store.close()
         if isinstance(error, GovernedMemoryError):
-            return Check("key_store", False, error.reason.value, error.cause), None
+            return Check("key_store", False, error.reason.value, error.shown), None
         return Check("key_store", False, Reason.INTERNAL_ERROR.value, type(error).__name__), None
     return Check("key_store", True), store
 
@@ -113,7 +113,7 @@ async def _database(settings: Settings, policy: Policy, key_store: KeyStore | No
         except GovernedMemoryError as error:
             scratch_refused = key_store is None and error.reason is Reason.KEY_STORE_MISMATCH  # of no key store
             if error.reason is not Reason.KEY_UNAVAILABLE and not scratch_refused:
-                return Check("database", False, error.reason.value, error.cause), replication
+                return Check("database", False, error.reason.value, error.shown), replication
         finally:
             await store.close()
     return Check("database", True), replication
@@ -149,7 +149,7 @@ async def _service(settings: Settings) -> Check:
     try:
         await client.check_ready()
     except GovernedMemoryError as error:
-        return Check("service", False, error.reason.value, error.cause)
+        return Check("service", False, error.reason.value, error.shown)
     finally:
         await client.close()
     return Check("service", True)

@@ -86,7 +86,7 @@ def mount(app: FastAPI, store: Store) -> None:
         try:
             await store.check_ready()
         except GovernedMemoryError as refused:  # its content-free cause too: an operator looks to learn why
-            body = {"error": refused.reason.value} | ({"cause": refused.cause} if refused.cause else {})
+            body = {"error": refused.reason.value} | ({"cause": refused.shown} if refused.shown else {})
             return JSONResponse(body, status_code=503)
         return JSONResponse({"ready": True})
 

@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 
 import h11
 
-from kagent_memory_governed.errors import ConfigurationError
+from kagent_memory_governed.errors import Cause, ConfigurationError, http_cause
 from kagent_memory_governed.keys.keyring import SETTING, unavailable
 
 MAX_ANSWER = 4 * 1024 * 1024  # a keyring of 10 000 keys is under 1 MiB
@@ -104,9 +104,9 @@ class Client:
             try:
                 status, raw = await asyncio.wait_for(self._exchange(method, path, payload, content_type), TIMEOUT)
             except ssl.SSLCertVerificationError:
-                raise unavailable("tls_untrusted_certificate") from None
+                raise unavailable(Cause.TLS_UNTRUSTED_CERTIFICATE) from None
             except (_Refused, h11.RemoteProtocolError):
-                raise unavailable("bad_response") from None
+                raise unavailable(Cause.BAD_RESPONSE) from None
             except (OSError, h11.ProtocolError, TimeoutError) as error:
                 if attempt == 3:
                     raise unavailable(_transport_cause(error)) from None
@@ -116,15 +116,15 @@ class Client:
                 continue
             break
         if status == 403:
-            raise unavailable("permission_denied")
+            raise unavailable(Cause.PERMISSION_DENIED)
         if status >= 500 or status in (401, 429):
-            raise unavailable("sealed" if status == 503 else f"status_{status}")
+            raise unavailable(Cause.SEALED if status == 503 else http_cause("status_", status))
         try:
             answer = _parsed(raw) if raw else {}
         except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser's depth
-            raise unavailable("bad_response") from None
+            raise unavailable(Cause.BAD_RESPONSE) from None
         if not isinstance(answer, dict):
-            raise unavailable("bad_response")
+            raise unavailable(Cause.BAD_RESPONSE)
         return status, answer
 
     async def close(self) -> None:
@@ -140,9 +140,9 @@ def _read_token(setting: str) -> str:
         try:
             token = Path(setting[1:]).read_text("utf-8").strip()
         except (OSError, ValueError):
-            raise unavailable("token_unreadable") from None
+            raise unavailable(Cause.TOKEN_UNREADABLE) from None
     if not token or not all(33 <= ord(c) < 127 for c in token):
-        raise unavailable("token_malformed")
+        raise unavailable(Cause.TOKEN_MALFORMED)
     return token
 
 
@@ -152,23 +152,23 @@ def _tls_context(ca_file: Path | None) -> ssl.SSLContext:
     try:
         return ssl.create_default_context(cafile=str(ca_file) if ca_file else None)
     except ssl.SSLError:  # before OSError: an ``SSLError`` is one
-        raise unavailable("ca_not_a_certificate") from None
+        raise unavailable(Cause.CA_NOT_A_CERTIFICATE) from None
     except (OSError, ValueError):
-        raise unavailable("ca_unreadable") from None
+        raise unavailable(Cause.CA_UNREADABLE) from None
 
 
-def _transport_cause(error: BaseException) -> str:
+def _transport_cause(error: BaseException) -> Cause:
     if isinstance(error, ssl.SSLCertVerificationError):
-        return "tls_untrusted_certificate"
+        return Cause.TLS_UNTRUSTED_CERTIFICATE
     if isinstance(error, ssl.SSLError):
-        return "tls_handshake_failed"
+        return Cause.TLS_HANDSHAKE_FAILED
     if isinstance(error, ConnectionRefusedError):
-        return "connection_refused"
+        return Cause.CONNECTION_REFUSED
     if isinstance(error, TimeoutError):  # asyncio.TimeoutError is TimeoutError since Python 3.11
-        return "timeout"
+        return Cause.TIMEOUT
     if isinstance(error, h11.ProtocolError):
-        return "bad_request"
-    return "unreachable"
+        return Cause.BAD_REQUEST
+    return Cause.UNREACHABLE
 
 
 def check_token(setting: str) -> None:

@@ -11,7 +11,7 @@ from typing import NamedTuple, ParamSpec, Protocol, TypeVar
 
 from asyncpg.pgproto.pgproto import UUID as _UUID
 
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Reason
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -179,7 +179,7 @@ def covered(entry: uuid.UUID, key: EntryKey, entries: Collection[uuid.UUID], bef
     return entry != FENCE and (entry in entries or (before is not None and key.generation < before))
 
 
-def unavailable(cause: str) -> GovernedMemoryError:
+def unavailable(cause: Cause) -> GovernedMemoryError:
     return GovernedMemoryError(Reason.KEY_UNAVAILABLE, cause=cause)
 
 
@@ -198,4 +198,4 @@ async def off_loop(function: Callable[P, T], *args: P.args, **kwargs: P.kwargs) 
     except GovernedMemoryError:
         raise
     except (OSError, ValueError, KeyError) as error:
-        raise unavailable("unreachable" if not isinstance(error, OSError) else "io_error") from None
+        raise unavailable(Cause.UNREACHABLE if not isinstance(error, OSError) else Cause.IO_ERROR) from None

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from cryptography.exceptions import InvalidTag
 from cryptography.hazmat.primitives.ciphers.aead import AESGCM
 
+from kagent_memory_governed.errors import Cause
 from kagent_memory_governed.keys.keyring import (
     SETTING,
     Binding,
@@ -112,11 +113,11 @@ class LocalKeyStore:
             return {}
         version, nonce, sealed = int.from_bytes(raw[5:9], "big"), raw[9:21], raw[21:]
         if raw[:5] != b"KMGK1" or version not in keks:
-            raise unavailable("keyring_unreadable")
+            raise unavailable(Cause.KEYRING_UNREADABLE)
         try:
             plain = AESGCM(keks[version]).decrypt(nonce, sealed, scope.bytes)
         except InvalidTag:
-            raise unavailable("keyring_unreadable") from None
+            raise unavailable(Cause.KEYRING_UNREADABLE) from None
         return unpack_keyring(plain)
 
     def _save(self, scope: uuid.UUID, keyring: Keyring, version: int, kek: bytes, *, lasting: bool = True) -> None:
@@ -163,12 +164,12 @@ class LocalKeyStore:
             if not os.path.lexists(self.root):  # never used: no keys
                 return {}
             if not self.root.is_dir():
-                raise unavailable("io_error")
+                raise unavailable(Cause.IO_ERROR)
             if not (self.root / "kek").is_file():
                 return {}
             return self._read(scope, self._keks()[1])
         except OSError:
-            raise unavailable("io_error") from None
+            raise unavailable(Cause.IO_ERROR) from None
 
     async def store(self, scope: uuid.UUID, keys: Mapping[uuid.UUID, EntryKey]) -> None:
         await off_loop(partial(self._change, scope, lambda keyring: keyring | dict(keys), lasting=False))
@@ -205,12 +206,12 @@ class LocalKeyStore:
         except FileNotFoundError:
             return None
         except OSError:
-            raise unavailable("io_error") from None
+            raise unavailable(Cause.IO_ERROR) from None
         try:
             recorded = json.loads(raw)
             return Binding(uuid.UUID(recorded["key_store"]), uuid.UUID(recorded["database"]))
         except (ValueError, TypeError, KeyError):
-            raise unavailable("bad_response") from None
+            raise unavailable(Cause.BAD_RESPONSE) from None
 
     async def bind(self, database: uuid.UUID) -> Binding:
         def bind() -> None:
@@ -223,7 +224,7 @@ class LocalKeyStore:
         await off_loop(bind)
         recorded = await self.bound()
         if recorded is None:  # written above, under the lock, never removed
-            raise unavailable("io_error")
+            raise unavailable(Cause.IO_ERROR)
         return recorded
 
     async def check(self) -> None:

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urlsplit
 
-from kagent_memory_governed.errors import GovernedMemoryError
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, http_cause
 from kagent_memory_governed.keys.http import Client, check_ca, check_token
 from kagent_memory_governed.keys.keyring import (
     Binding,
@@ -96,9 +96,9 @@ class OpenBaoKeyStore:
         secret, an unmounted path 404 as well."""
         status, answer = await self._http.call("GET", f"/v1/{quote(self._mount)}/config")
         if status == 404:
-            raise unavailable("mount_missing")
+            raise unavailable(Cause.MOUNT_MISSING)
         if status != 200:
-            raise unavailable(f"status_{status}")
+            raise unavailable(http_cause("status_", status))
         data = _object(answer.get("data"))
         _count(data.get("max_versions"))
         if not isinstance(data.get("delete_version_after"), str):
@@ -115,7 +115,7 @@ class OpenBaoKeyStore:
             data = _object(answer.get("data"))
             return _version(data.get("metadata")), _object(data.get("data"))
         if status != 404:
-            raise unavailable(f"status_{status}")
+            raise unavailable(http_cause("status_", status))
         if answer.get("data") is None:  # no such secret or version here, unless there is no such mount
             await self._config()
             return 0, {}
@@ -130,7 +130,7 @@ class OpenBaoKeyStore:
             await self._config()
             return {}
         if status != 200:
-            raise unavailable(f"status_{status}")
+            raise unavailable(http_cause("status_", status))
         versions = _object(_object(answer.get("data")).get("versions"))
         if not all(isinstance(v, str) and v.isascii() and v.isdigit() for v in versions):
             raise _bad()
@@ -148,7 +148,7 @@ class OpenBaoKeyStore:
             if status in (200, 204):
                 return
             if status != 404:
-                raise unavailable(f"status_{status}")
+                raise unavailable(http_cause("status_", status))
             # no secret yet, or its current version deleted: create a version, unless another writer just did
             version, _ = await self._read(scope)
             status, _answer = await self._http.call(
@@ -157,8 +157,8 @@ class OpenBaoKeyStore:
             if status in (200, 204):
                 return
             if status != 400:  # 400: the check-and-set lost a race; patch what the other writer created
-                raise unavailable(f"status_{status}")
-        raise unavailable("contended")
+                raise unavailable(http_cause("status_", status))
+        raise unavailable(Cause.CONTENDED)
 
     async def destroy(
         self,
@@ -184,11 +184,11 @@ class OpenBaoKeyStore:
                 if status == 400:
                     continue  # a key was added meanwhile: read again, keep it
                 if status != 200:
-                    raise unavailable(f"status_{status}")
+                    raise unavailable(http_cause("status_", status))
                 fresh = _version(answer.get("data"))
             await self._destroy_below(scope, fresh)
             return
-        raise unavailable("contended")
+        raise unavailable(Cause.CONTENDED)
 
     async def _destroy_below(self, scope: uuid.UUID, fresh: int) -> None:
         """Destroy every version older than ``fresh`` (the keyring without the covered keys), deleted or not; those
@@ -197,7 +197,7 @@ class OpenBaoKeyStore:
         if doomed:
             status, _ = await self._http.call("POST", self._at("destroy", scope), {"versions": doomed})
             if status not in (200, 204):
-                raise unavailable(f"status_{status}")
+                raise unavailable(http_cause("status_", status))
 
     async def destroyed(
         self, scope: uuid.UUID, *, entries: Collection[uuid.UUID] = (), before: int | None = None
@@ -218,7 +218,7 @@ class OpenBaoKeyStore:
         if not version:
             return None  # never bound (the mount confirmed)
         if not fields:
-            raise unavailable("binding_deleted")  # once bound: a deleted binding is not "never bound"
+            raise unavailable(Cause.BINDING_DELETED)  # once bound: a deleted binding is not "never bound"
         try:
             return Binding(uuid.UUID(hex=fields["key_store"]), uuid.UUID(hex=fields["database"]))
         except (KeyError, TypeError, ValueError, AttributeError):
@@ -233,18 +233,18 @@ class OpenBaoKeyStore:
             if status in (200, 204):
                 return fresh
             if status != 400:
-                raise unavailable(f"status_{status}")
+                raise unavailable(http_cause("status_", status))
             recorded = await self.bound()  # 400: one is recorded already (perhaps ours, on a retried request)
             if recorded is not None:
                 return recorded
-        raise unavailable("contended")
+        raise unavailable(Cause.CONTENDED)
 
     # the server
 
     async def check(self) -> None:
         await self._capabilities()
         if await self._config():
-            raise unavailable("cas_required")
+            raise unavailable(Cause.CAS_REQUIRED)
 
     async def _capabilities(self) -> None:
         """Refuse ``missing_<capability>_<kind>`` unless the token may do, at every kind of path the store uses,
@@ -260,11 +260,11 @@ class OpenBaoKeyStore:
         try:
             status, answer = await self._http.call("POST", "/v1/sys/capabilities-self", {"paths": list(paths.values())})
         except GovernedMemoryError as refused:
-            if refused.cause == "permission_denied":
-                raise unavailable("capabilities_denied") from None
+            if refused.cause is Cause.PERMISSION_DENIED:
+                raise unavailable(Cause.CAPABILITIES_DENIED) from None
             raise
         if status != 200:
-            raise unavailable(f"status_{status}")
+            raise unavailable(http_cause("status_", status))
         granted = _object(answer.get("data"))
         for kind, path in paths.items():
             held = granted.get(path)
@@ -274,7 +274,7 @@ class OpenBaoKeyStore:
                 continue
             for capability in _NEEDS[kind]:
                 if capability not in held or "deny" in held:
-                    raise unavailable(f"missing_{capability}_{kind}")
+                    raise unavailable(Cause(f"missing_{capability}_{kind}"))  # each a Cause (test_causes)
 
     async def close(self) -> None:
         await self._http.close()
@@ -284,7 +284,7 @@ class OpenBaoKeyStore:
         now on are sealed under the new key, earlier ones stay readable, nothing is rewritten."""
         status, _ = await self._http.call("POST", "/v1/sys/rotate", {})
         if status not in (200, 204):
-            raise unavailable(f"status_{status}")
+            raise unavailable(http_cause("status_", status))
 
 
 def _keyring(fields: dict[str, Any]) -> Keyring:
@@ -322,4 +322,4 @@ def _flag(value: object) -> bool:
 
 
 def _bad() -> GovernedMemoryError:
-    return unavailable("bad_response")
+    return unavailable(Cause.BAD_RESPONSE)

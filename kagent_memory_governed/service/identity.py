@@ -32,14 +32,14 @@ from cryptography.hazmat.primitives.asymmetric import ec, padding, rsa
 from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Cause, ConfigurationError, GovernedMemoryError, Reason, http_cause
 from kagent_memory_governed.scope import AgentId
 
 logger = logging.getLogger(__name__)
 
 SETTINGS = "KAGENT_GOVERNED_MEMORY_IDENTITY_"  # the prefix of the settings a ConfigurationError names
 _CAUSES = "missing malformed algorithm unknown_key key_mismatch signature issuer audience lifetime not_yet_valid"
-CAUSES = frozenset(f"{_CAUSES} expired not_a_pod subject unknown_agent".split())  # BAD_IDENTITY's, content-free
+CAUSES = frozenset(map(Cause, f"{_CAUSES} expired not_a_pod subject unknown_agent".split()))  # BAD_IDENTITY's
 LEEWAY_SECONDS = 30
 MAX_LIFETIME_SECONDS = 600  # the ADR's projection (expirationSeconds: 600); a longer-lived token is refused
 MAX_TOKEN_BYTES = 8192
@@ -58,11 +58,11 @@ _MAX_AGE = re.compile(r"(?:^|,)\s*max-age\s*=\s*(\d{1,10})\s*(?:,|$)", re.IGNORE
 Metadata = Mapping[str, str] | Iterable[tuple[str, str | bytes]]
 
 
-def _refused(cause: str) -> GovernedMemoryError:
+def _refused(cause: Cause) -> GovernedMemoryError:
     return GovernedMemoryError(Reason.BAD_IDENTITY, cause=cause)
 
 
-def _unavailable(cause: str) -> GovernedMemoryError:
+def _unavailable(cause: Cause) -> GovernedMemoryError:
     return GovernedMemoryError(Reason.IDENTITY_UNAVAILABLE, cause=cause)
 
 
@@ -128,13 +128,13 @@ def parse_jwks(document: object) -> dict[str, _Key]:
     """The keys of a JWKS by ``kid``: RSA of 2048 bits or more (RS256), P-256 (ES256); a key of another kind, or
     unreadable, is left out. ``IDENTITY_UNAVAILABLE`` for an answer that is no JWKS or names a kid twice."""
     if not isinstance(document, dict) or not isinstance(document.get("keys"), list):
-        raise _unavailable("jwks_malformed")
+        raise _unavailable(Cause.JWKS_MALFORMED)
     keys: dict[str, _Key | None] = {}
     for jwk in document["keys"]:
         kid = jwk.get("kid") if isinstance(jwk, dict) else None
         if isinstance(kid, str) and kid:
             if kid in keys:
-                raise _unavailable("jwks_malformed")
+                raise _unavailable(Cause.JWKS_MALFORMED)
             try:
                 keys[kid] = _key_of(jwk)
             except ValueError:
@@ -146,33 +146,33 @@ def _bearer(metadata: Metadata | None) -> str:
     pairs = metadata.items() if isinstance(metadata, Mapping) else metadata or ()
     values = [value for key, value in pairs if isinstance(key, str) and key.lower() == "authorization"]
     if not values:
-        raise _refused("missing")
+        raise _refused(Cause.MISSING)
     scheme, _, token = values[0].partition(" ") if isinstance(values[0], str) else ("", "", "")
     if len(values) > 1 or scheme.lower() != "bearer" or not token:
-        raise _refused("malformed")
+        raise _refused(Cause.MALFORMED)
     return token
 
 
 def _parse(token: str) -> tuple[str, str, bytes, bytes, bytes]:
     """``(alg, kid, signed message, signature, payload)``, or refused before any key is looked up."""
     if len(token) > MAX_TOKEN_BYTES or not token.isascii() or token.count(".") != 2:
-        raise _refused("malformed")
+        raise _refused(Cause.MALFORMED)
     head, body, signature = token.split(".")
     try:
         header, signed, payload = _json(_b64(head)), _b64(signature), _b64(body)
     except ValueError:
-        raise _refused("malformed") from None
+        raise _refused(Cause.MALFORMED) from None
     alg, kid = header.get("alg"), header.get("kid")
     if alg not in ("RS256", "ES256") or not isinstance(alg, str):
-        raise _refused("algorithm")
+        raise _refused(Cause.ALGORITHM)
     if not set(header) <= _HEADER or header.get("typ", "JWT") != "JWT" or not isinstance(kid, str) or not kid:
-        raise _refused("malformed")
+        raise _refused(Cause.MALFORMED)
     return alg, kid, f"{head}.{body}".encode(), signed, payload
 
 
 def _seconds(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise _refused("malformed")
+        raise _refused(Cause.MALFORMED)
     return value
 
 
@@ -181,27 +181,27 @@ def service_account(
 ) -> tuple[str, str, int]:
     """``(namespace, service account, exp)`` of a signed token's claims, or ``BAD_IDENTITY`` with its cause."""
     if claims.get("iss") != issuer:
-        raise _refused("issuer")
+        raise _refused(Cause.ISSUER)
     audiences = claims.get("aud")
     if (audiences if isinstance(audiences, list) else [audiences]) != [audience]:
-        raise _refused("audience")
+        raise _refused(Cause.AUDIENCE)
     kube = claims.get("kubernetes.io")
     pod = kube.get("pod") if isinstance(kube, dict) else None
     named = isinstance(pod, dict) and all(isinstance(pod.get(k), str) and pod[k] for k in _POD)
     if not isinstance(kube, dict) or not named:
-        raise _refused("not_a_pod")
+        raise _refused(Cause.NOT_A_POD)
     issued, not_before, expires = (_seconds(claims.get(name)) for name in ("iat", "nbf", "exp"))
     moment = now.timestamp()
     if not 0 < expires - issued <= max_lifetime or not_before > expires:
-        raise _refused("lifetime")
+        raise _refused(Cause.LIFETIME)
     if issued > moment + LEEWAY_SECONDS or not_before > moment + LEEWAY_SECONDS:
-        raise _refused("not_yet_valid")
+        raise _refused(Cause.NOT_YET_VALID)
     if expires + LEEWAY_SECONDS <= moment:
-        raise _refused("expired")
+        raise _refused(Cause.EXPIRED)
     namespace, account = kube.get("namespace"), kube.get("serviceaccount")
     name = account.get("name") if isinstance(account, dict) else None
     if not isinstance(namespace, str) or not isinstance(name, str) or claims.get("sub") != f"{_SA}{namespace}:{name}":
-        raise _refused("subject")
+        raise _refused(Cause.SUBJECT)
     return namespace, name, expires
 
 
@@ -251,7 +251,7 @@ class WorkloadIdentity:
         self._table, self._token_file = agent_table(agents), token_file
         self._origin, self._base = f"https://{base.netloc}", api_server.rstrip("/")
         self._http = httpx.AsyncClient(verify=context, timeout=FETCH_TIMEOUT_SECONDS, trust_env=False)
-        self._lock, self._failure = asyncio.Lock(), "not_fetched"
+        self._lock, self._failure = asyncio.Lock(), Cause.NOT_FETCHED
         self._keys, self._verified = dict[str, _Key](), dict[bytes, tuple[AgentId, int]]()
         self._fresh_until = self._attempted = datetime.min.replace(tzinfo=UTC)
 
@@ -267,13 +267,13 @@ class WorkloadIdentity:
         alg, kid, message, signature, payload = _parse(bearer)
         key = await self._key(kid)
         if key.alg != alg:
-            raise _refused("key_mismatch")
+            raise _refused(Cause.KEY_MISMATCH)
         if not key.verifies(signature, message):
-            raise _refused("signature")
+            raise _refused(Cause.SIGNATURE)
         try:
             claims = _json(payload)
         except ValueError:
-            raise _refused("malformed") from None
+            raise _refused(Cause.MALFORMED) from None
         namespace, account, expires = service_account(
             claims, issuer=self._issuer, audience=self._audience, now=clock.now(), max_lifetime=self._max_lifetime
         )
@@ -281,7 +281,7 @@ class WorkloadIdentity:
         try:
             agent = self._table[account] if self._table is not None else AgentId.parse(account)
         except (KeyError, GovernedMemoryError):
-            raise _refused("unknown_agent") from None
+            raise _refused(Cause.UNKNOWN_AGENT) from None
         if len(self._verified) >= CACHED_TOKENS:  # the oldest first: lifetimes are alike
             del self._verified[next(iter(self._verified))]
         self._verified[digest] = (agent, expires + LEEWAY_SECONDS)  # accepted until then, as verify would
@@ -298,10 +298,10 @@ class WorkloadIdentity:
             if fresh and kid in self._keys:
                 return self._keys[kid]
             if now < self._attempted + timedelta(seconds=REFETCH_SECONDS if fresh else RETRY_SECONDS):
-                raise _refused("unknown_key") if fresh else _unavailable(self._failure)
+                raise _refused(Cause.UNKNOWN_KEY) if fresh else _unavailable(self._failure)
             await self._refresh(now)
             if kid not in self._keys:
-                raise _refused("unknown_key")
+                raise _refused(Cause.UNKNOWN_KEY)
             return self._keys[kid]
 
     async def _refresh(self, now: datetime) -> None:
@@ -309,11 +309,11 @@ class WorkloadIdentity:
         try:
             discovery, _ = await self._get(f"{self._base}/.well-known/openid-configuration", "discovery")
             if discovery.get("issuer") != self._issuer:
-                raise _unavailable("discovery_issuer")
+                raise _unavailable(Cause.DISCOVERY_ISSUER)
             jwks, max_age = await self._get(self._jwks_url(discovery.get("jwks_uri")), "jwks")
             keys = parse_jwks(jwks)
         except GovernedMemoryError as error:
-            self._failure = error.cause or "unknown"
+            self._failure = error.cause or Cause.UNKNOWN
             logger.warning("workload identity: the cluster's keys cannot be had (%s)", self._failure)
             raise
         kept = min(max(max_age or 0, KEPT_SECONDS[0]), KEPT_SECONDS[1])
@@ -335,26 +335,26 @@ class WorkloadIdentity:
             try:  # read for each fetch: the kubelet renews the file
                 own = (await asyncio.to_thread(self._token_file.read_text)).strip()
             except (OSError, UnicodeDecodeError):
-                raise _unavailable("own_token_unreadable") from None
+                raise _unavailable(Cause.OWN_TOKEN_UNREADABLE) from None
             headers["authorization"] = f"Bearer {own}"
         body = bytearray()
         try:
             async with self._http.stream("GET", url, headers=headers) as answer:
                 if answer.status_code != 200:
-                    raise _unavailable(f"{what}_http_{answer.status_code}")
+                    raise _unavailable(http_cause(f"{what}_http_", answer.status_code))
                 async for chunk in answer.aiter_bytes():
                     body += chunk
                     if len(body) > MAX_DOCUMENT_BYTES:
-                        raise _unavailable(f"{what}_too_large")
+                        raise _unavailable(Cause(f"{what}_too_large"))
                 match = _MAX_AGE.search(answer.headers.get("cache-control", ""))
         except httpx.HTTPError as error:  # its text is read for one category, never passed on
-            cause = "timeout" if isinstance(error, httpx.TimeoutException) else "unreachable"
+            cause = Cause.TIMEOUT if isinstance(error, httpx.TimeoutException) else Cause.UNREACHABLE
             untrusted = "CERTIFICATE_VERIFY_FAILED" in str(error)
-            raise _unavailable(f"{what}_{'tls_untrusted_certificate' if untrusted else cause}") from None
+            raise _unavailable(Cause(f"{what}_{Cause.TLS_UNTRUSTED_CERTIFICATE if untrusted else cause}")) from None
         try:
             return _json(bytes(body)), int(match.group(1)) if match else None
         except ValueError:
-            raise _unavailable(f"{what}_malformed") from None
+            raise _unavailable(Cause(f"{what}_malformed")) from None
 
     async def aclose(self) -> None:
         await self._http.aclose()

@@ -15,21 +15,21 @@ import uuid
 from sqlalchemy import select, update
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Reason
 from kagent_memory_governed.keys.keyring import Binding
 from kagent_memory_governed.schema import binding
 from kagent_memory_governed.store.database import Database
 
 
-def mismatch(database: uuid.UUID, key_store: uuid.UUID | None, recorded: Binding | None) -> str | None:
+def mismatch(database: uuid.UUID, key_store: uuid.UUID | None, recorded: Binding | None) -> Cause | None:
     """Why the database (its id, and the key store id it recorded) and the key store's ``recorded`` binding do
     not belong together, as a content-free cause; ``None`` when they do."""
     if recorded is not None and recorded.database != database:
-        return "serves_another_database"
+        return Cause.SERVES_ANOTHER_DATABASE
     if key_store is None:
-        return "unbound"  # never migrated since 0014: ``migrate`` binds them
+        return Cause.UNBOUND  # never migrated since 0014: ``migrate`` binds them
     if recorded is None or recorded.key_store != key_store:
-        return "another_key_store"  # a fresh one, or another: it never held this database's keys
+        return Cause.ANOTHER_KEY_STORE  # a fresh one, or another: it never held this database's keys
     return None
 
 
@@ -58,10 +58,10 @@ async def check(db: Database) -> None:
 async def _recorded(db: Database) -> tuple[uuid.UUID, uuid.UUID | None]:
     rows = await db.call(select(binding.c.database_id, binding.c.key_store_id))
     if not rows:  # migration 0014 writes the row; nothing deletes it
-        raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause="binding_missing")
+        raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause=Cause.BINDING_MISSING)
     return rows[0].database_id, rows[0].key_store_id
 
 
-def _refuse(cause: str | None) -> None:
+def _refuse(cause: Cause | None) -> None:
     if cause is not None:
         raise GovernedMemoryError(Reason.KEY_STORE_MISMATCH, cause=cause)

@@ -33,7 +33,7 @@ import asyncpg
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
 
-from kagent_memory_governed.errors import ConfigurationError
+from kagent_memory_governed.errors import Cause, ConfigurationError
 
 VARIABLE = "KAGENT_GOVERNED_MEMORY_DATABASE_URL"
 SCHEME = "postgresql+asyncpg"
@@ -276,17 +276,17 @@ class BoundedStatement:
         return await self._statement.fetch(*args, timeout=timeout)
 
 
-def tls_cause(error: BaseException) -> str | None:
+def tls_cause(error: BaseException) -> Cause | None:
     """The content-free cause of a connection that failed in TLS, or ``None`` when ``error`` is not one:
     ``tls_hostname_mismatch`` (verify-full: the certificate names another host), ``tls_untrusted_certificate``
     (not signed by a trusted CA), ``tls_handshake_failed``, ``tls_not_offered`` (the server has no TLS) and
     ``tls_required`` (the server accepts this connection only over TLS)."""
     if isinstance(error, ssl.SSLCertVerificationError):
-        return "tls_hostname_mismatch" if error.verify_code in _NAME_MISMATCH else "tls_untrusted_certificate"
+        return Cause.TLS_HOSTNAME_MISMATCH if error.verify_code in _NAME_MISMATCH else Cause.TLS_UNTRUSTED_CERTIFICATE
     if isinstance(error, ssl.SSLError):
-        return "tls_handshake_failed"
+        return Cause.TLS_HANDSHAKE_FAILED
     if type(error) is ConnectionError and "rejected SSL upgrade" in str(error):
-        return "tls_not_offered"
+        return Cause.TLS_NOT_OFFERED
     if isinstance(error, asyncpg.InvalidAuthorizationSpecificationError) and str(error).endswith("no encryption"):
-        return "tls_required"
+        return Cause.TLS_REQUIRED
     return None

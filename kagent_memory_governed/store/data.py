@@ -19,7 +19,7 @@ from sqlalchemy import Row, Select, literal, select, tuple_
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import admit_generation, grant_refusal
-from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.keys import Keyring, fence_of
 from kagent_memory_governed.policy import admit_embedding, admit_fact, admit_int, expiry_seconds
 from kagent_memory_governed.schema import live, scope_rows
@@ -90,7 +90,7 @@ async def write(
         with suppress(GovernedMemoryError):
             await db.keys.store.destroy(sid, entries=unused)
     if stale:
-        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="keyring_contended")
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=Cause.KEYRING_CONTENDED)
     raise_refusal(rows)
     db.keys.add(sid, generation, {entry: k for entry, k in keys.items() if entry not in unused})
     return [stored[fact] for fact, _ in admitted]

@@ -34,7 +34,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_en
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure
-from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.schema import ledger, scopes
 from kagent_memory_governed.store.connection import (
@@ -64,39 +64,39 @@ _DATABASE_ERRORS = (
 # in front of it; never by message text. PgBouncer answers its own refusals (a wrong password, an unknown
 # database, a server it cannot log in to, its limits, an unsupported start-up parameter) as 08P01; since 1.20 it
 # forwards a server's own login error with the server's code. The first match, in this order, wins.
-_SQLSTATES: tuple[tuple[str, str], ...] = (
-    ("28", "authentication_failed"),  # 28000 (pg_hba, certificates), 28P01 (password)
-    ("3D000", "database_missing"),
-    ("42501", "permission_denied"),
-    ("08P01", "connection_rejected"),  # a pooler's refusal, or a protocol error
-    ("08", "connection_failure"),  # the connection could not be made or was lost
-    ("53", "insufficient_resources"),  # 53300 too many connections, 53100 disk full, 53200 out of memory
-    ("57P01", "server_shutdown"),  # administrator command: a shutdown, or the backend terminated
-    ("57P02", "server_shutdown"),  # crash of another backend
-    ("57P03", "server_unavailable"),  # starting up, shutting down, in recovery
-    ("57014", "timeout"),  # statement timeout, or the driver's cancel of a lone statement past its bound
-    ("55P03", "timeout"),  # lock timeout
-    ("25P03", "timeout"),  # idle in transaction past its timeout
-    ("25006", "read_only"),  # a standby, or a primary that became one: writes refused until failover ends
+_SQLSTATES: tuple[tuple[str, Cause], ...] = (
+    ("28", Cause.AUTHENTICATION_FAILED),  # 28000 (pg_hba, certificates), 28P01 (password)
+    ("3D000", Cause.DATABASE_MISSING),
+    ("42501", Cause.PERMISSION_DENIED),
+    ("08P01", Cause.CONNECTION_REJECTED),  # a pooler's refusal, or a protocol error
+    ("08", Cause.CONNECTION_FAILURE),  # the connection could not be made or was lost
+    ("53", Cause.INSUFFICIENT_RESOURCES),  # 53300 too many connections, 53100 disk full, 53200 out of memory
+    ("57P01", Cause.SERVER_SHUTDOWN),  # administrator command: a shutdown, or the backend terminated
+    ("57P02", Cause.SERVER_SHUTDOWN),  # crash of another backend
+    ("57P03", Cause.SERVER_UNAVAILABLE),  # starting up, shutting down, in recovery
+    ("57014", Cause.TIMEOUT),  # statement timeout, or the driver's cancel of a lone statement past its bound
+    ("55P03", Cause.TIMEOUT),  # lock timeout
+    ("25P03", Cause.TIMEOUT),  # idle in transaction past its timeout
+    ("25006", Cause.READ_ONLY),  # a standby, or a primary that became one: writes refused until failover ends
 )
 
 # By the driver's or the OS's exception type, where there is no SQLSTATE.
-_CAUSES: tuple[tuple[tuple[type[BaseException], ...], str], ...] = (
-    ((asyncpg.TargetServerAttributeNotMatched,), "no_matching_host"),  # target_session_attrs
-    ((socket.gaierror,), "name_not_resolved"),
-    ((ConnectionRefusedError, FileNotFoundError), "connection_refused"),
-    ((asyncio.TimeoutError, TimeoutError, PoolTimeout), "timeout"),
+_CAUSES: tuple[tuple[tuple[type[BaseException], ...], Cause], ...] = (
+    ((asyncpg.TargetServerAttributeNotMatched,), Cause.NO_MATCHING_HOST),  # target_session_attrs
+    ((socket.gaierror,), Cause.NAME_NOT_RESOLVED),
+    ((ConnectionRefusedError, FileNotFoundError), Cause.CONNECTION_REFUSED),
+    ((asyncio.TimeoutError, TimeoutError, PoolTimeout), Cause.TIMEOUT),
 )
 
 
-def _sqlstate_cause(error: BaseException) -> str | None:
+def _sqlstate_cause(error: BaseException) -> Cause | None:
     state = getattr(error, "sqlstate", None)
     if not isinstance(state, str):
         return None
     return next((cause for prefix, cause in _SQLSTATES if state.startswith(prefix)), None)
 
 
-def cause_of(error: BaseException) -> str | None:
+def cause_of(error: BaseException) -> Cause | None:
     """The operator-facing category of a database failure (content-free), or ``None`` if unknown: read through
     the exception chain, from the SQLSTATE when there is one (``_SQLSTATES``), else from the exception's type."""
     seen: list[BaseException] = []
@@ -270,7 +270,7 @@ async def record(
     count: int | None = None,
     entry_id: uuid.UUID | None = None,
     at: datetime | None = None,
-    cause: str | None = None,
+    cause: Cause | None = None,
 ) -> None:
     """The content-free ledger row of an operation: codes, counts, opaque ids and a failure's content-free
     ``cause`` (a ``GovernedMemoryError``'s), never content."""
@@ -290,7 +290,7 @@ async def record(
 
 
 _SERVER_LOST = frozenset(
-    {"connection_failure", "connection_refused", "server_shutdown", "server_unavailable", "read_only"}
+    map(Cause, "connection_failure connection_refused server_shutdown server_unavailable read_only".split())
 )
 KEYS_DESTROYED = "governed_memory.keys_destroyed"  # set for a transaction that deletes entries whose keys are gone
 

@@ -31,7 +31,7 @@ from sqlalchemy import case, exists, func, literal, select, update
 
 from kagent_memory_governed import clock
 from kagent_memory_governed.consent import Erasure, grant_refusal
-from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.keys import Fence
 from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.scope import Principal, ScopeKey
@@ -240,7 +240,7 @@ async def _clear(
         await _destroy_keys(db, sid, fence, entry_id)
         [outcome] = await db.call(functions.CLEAR, parameters | {"now": clock.now()})
         if outcome.remaining:  # a settled fence counts none: whoever settled it verified
-            raise GovernedMemoryError(Reason.ERASURE_FAILED, cause="rows_remain")
+            raise GovernedMemoryError(Reason.ERASURE_FAILED, cause=Cause.ROWS_REMAIN)
         return int(outcome.erased)
     except Exception as error:  # whatever failed, the scope stays disabled (R9)
         cause = failure_cause(error)
@@ -249,12 +249,18 @@ async def _clear(
         raise GovernedMemoryError(Reason.ERASURE_FAILED, cause=cause) from None
 
 
-def failure_cause(error: BaseException) -> str:
+def failure_cause(error: BaseException) -> Cause:
     """Why an erasure failed, as one content-free code for its ledger row and log line: the key store's or the
-    database's cause (``permission_denied``), else the reason code, else the exception's kind (a defect)."""
+    database's cause (``permission_denied``), else the reason code (a ``Cause`` of the same value: those the store
+    can meet here, ``store_unavailable``, ``bad_input``, ``key_unavailable``), else ``internal_error`` (a defect)."""
     if isinstance(error, GovernedMemoryError):
-        return error.cause if error.cause and error.cause.isidentifier() else error.reason.value
-    return "internal_error"
+        if error.cause is not None:
+            return error.cause
+        try:
+            return Cause(error.reason.value)
+        except ValueError:  # a reason the store never meets in an erasure
+            return Cause.INTERNAL_ERROR
+    return Cause.INTERNAL_ERROR
 
 
 async def _destroy_keys(db: Database, sid: uuid.UUID, fence: Fence, entry_id: uuid.UUID | None) -> None:
@@ -276,7 +282,7 @@ async def _destroy_keys(db: Database, sid: uuid.UUID, fence: Fence, entry_id: uu
     # reached it (a row already deleted had its key destroyed before its delete).
     if entry_id is None and await db.keys.store.destroyed(sid, entries=await _held(db, sid, generation)):
         return
-    raise GovernedMemoryError(Reason.ERASURE_FAILED, cause="keys_not_destroyed")
+    raise GovernedMemoryError(Reason.ERASURE_FAILED, cause=Cause.KEYS_NOT_DESTROYED)
 
 
 async def _held(db: Database, sid: uuid.UUID, generation: int) -> list[uuid.UUID]:
@@ -286,7 +292,7 @@ async def _held(db: Database, sid: uuid.UUID, generation: int) -> list[uuid.UUID
 
 
 async def _mark_failed(
-    db: Database, sid: uuid.UUID, generation: int, operation: Operation, entry_id: uuid.UUID | None, cause: str
+    db: Database, sid: uuid.UUID, generation: int, operation: Operation, entry_id: uuid.UUID | None, cause: Cause
 ) -> None:
     """Best effort: if the database is gone too, the scope stays ``pending``, which is just as disabled
     (and as unfinished: ``finish`` completes either). A fence another run settled meanwhile stays settled."""

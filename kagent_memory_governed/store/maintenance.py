@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from sqlalchemy import delete, func, not_, select, tuple_
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.schema import entries, ledger, live, replays, scopes, turns, usage
 from kagent_memory_governed.store import erasure, reconcile
 from kagent_memory_governed.store.database import KEYS_DESTROYED, Database, record
@@ -83,7 +83,7 @@ async def _expire(db: Database, now: datetime, *, batch: int) -> tuple[int, bool
                 failed = True
                 continue
             if not gone:
-                logger.warning("sweep: expired keys not destroyed: keys_not_destroyed")
+                logger.warning("sweep: expired keys not destroyed: %s", Cause.KEYS_NOT_DESTROYED)
                 failed = True
                 continue
             pairs += [(scope, entry) for entry in expired]

@@ -29,7 +29,7 @@ import uuid
 from sqlalchemy import delete, func, literal, select, update
 
 from kagent_memory_governed import clock
-from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.keys import Fence, fence_of
 from kagent_memory_governed.schema import entries, scopes
 from kagent_memory_governed.store.database import KEYS_DESTROYED, Database, record
@@ -90,7 +90,7 @@ async def bring_forward(db: Database, sid: uuid.UUID, fence: Fence) -> bool:
         if moved is None:  # another replica brought it forward meanwhile
             return False
         await record(
-            conn, Operation.RECONCILE, Result.OK, scope_id=sid, generation=moved, at=now, cause="store_regressed"
+            conn, Operation.RECONCILE, Result.OK, scope_id=sid, generation=moved, at=now, cause=Cause.STORE_REGRESSED
         )
     logger.warning("store regressed: a scope was behind the key store's last erasure and was brought forward")
     return True

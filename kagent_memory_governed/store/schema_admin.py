@@ -17,7 +17,7 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from sqlalchemy.schema import CreateSchema
 
 from kagent_memory_governed.consent import Erasure
-from kagent_memory_governed.errors import GovernedMemoryError, Reason, Result
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Reason, Result
 from kagent_memory_governed.keys import EntryKey
 from kagent_memory_governed.schema import SCHEMA, entries, ledger, scopes
 from kagent_memory_governed.store import binding
@@ -51,8 +51,8 @@ async def migrate(db: Database, to: str = "head") -> str:
         current = MigrationContext.configure(sync_conn, opts={"version_table_schema": SCHEMA}).get_current_revision()
         known = {script.revision for script in scripts.walk_revisions()}
         if current is not None and current not in known:
-            cause = f"database at {current[:32]}, this package migrates to {scripts.get_current_head()}"
-            raise GovernedMemoryError(Reason.SCHEMA_NEWER, cause=cause)
+            detail = f"database at {current[:32]}, this package migrates to {scripts.get_current_head()}"
+            raise GovernedMemoryError(Reason.SCHEMA_NEWER, detail=detail)
         config = Config()
         config.set_main_option("script_location", str(files("kagent_memory_governed") / "migrations"))
         config.attributes["connection"] = sync_conn
@@ -168,7 +168,7 @@ async def _refuse_a_pooler(db: Database) -> None:
     announced = [pid for pid, _ in served]
     running = [pid for _, pid in served]
     if announced != running or running[0] == running[1]:
-        raise GovernedMemoryError(Reason.UNSUPPORTED_DATABASE, cause="pooled")
+        raise GovernedMemoryError(Reason.UNSUPPORTED_DATABASE, cause=Cause.POOLED)
 
 
 async def _served(conn: AsyncConnection) -> tuple[int, int]:
@@ -178,7 +178,7 @@ async def _served(conn: AsyncConnection) -> tuple[int, int]:
         running = (await conn.execute(select(func.pg_backend_pid()))).scalar_one()
     driver = (await conn.get_raw_connection()).driver_connection
     if driver is None:  # a checked-out connection always has its driver's
-        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="connection_failure")
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=Cause.CONNECTION_FAILURE)
     return int(driver.get_server_pid()), int(running)
 
 
@@ -193,7 +193,7 @@ async def _migration_session(db: Database) -> AsyncIterator[AsyncConnection]:
             await conn.execution_options(isolation_level="AUTOCOMMIT")
             driver = (await conn.get_raw_connection()).driver_connection
             if driver is None:  # a checked-out connection always has its driver's
-                raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="connection_failure")
+                raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=Cause.CONNECTION_FAILURE)
             driver.migration = True  # its statements within MIGRATION_TIMEOUT, not the driver's 30 s
             try:
                 await conn.execute(text("SET statement_timeout = 0"))
@@ -230,12 +230,12 @@ async def _rewrite(conn: AsyncConnection, *, attempts: int = 2) -> None:
         await conn.execute(text("VACUUM FULL governed_memory.entries"))
         after = await conn.scalar(text("SELECT pg_relation_filenode('governed_memory.entries')"))
         if after == before:  # PostgreSQL skips, with a warning only, a table this role may not vacuum
-            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="permission_denied")
+            raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=Cause.PERMISSION_DENIED)
         await conn.execute(text("VACUUM governed_memory.entries"))  # sets the dead-tuple count (track_counts on)
         if not await conn.scalar(text("SELECT pg_stat_get_dead_tuples('governed_memory.entries'::regclass)")):
             break
     else:
-        raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause="rewrite_blocked")
+        raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause=Cause.REWRITE_BLOCKED)
     if await conn.scalar(text("SELECT pg_has_role('pg_checkpoint', 'USAGE')")):  # superusers too
         await conn.execute(text("CHECKPOINT"))  # the rewritten files on disk, the emptied ones unlinked
     await record(conn, _REWRITTEN, Result.OK)
@@ -246,9 +246,9 @@ def _target(scripts: ScriptDirectory, to: str) -> str:
     if to == "head":
         return _head(scripts)
     if to == "base":
-        raise GovernedMemoryError(Reason.BAD_INPUT, cause="no downgrade to base: drop schema governed_memory instead")
+        raise GovernedMemoryError(Reason.BAD_INPUT, detail="no downgrade to base: drop schema governed_memory instead")
     if to not in {script.revision for script in scripts.walk_revisions()}:
-        raise GovernedMemoryError(Reason.BAD_INPUT, cause="no such revision")
+        raise GovernedMemoryError(Reason.BAD_INPUT, detail="no such revision")
     return to
 
 
@@ -273,8 +273,8 @@ async def _create_extension(db: Database) -> None:
             if not await conn.scalar(text("SELECT extversion FROM pg_extension WHERE extname = 'vector'")):
                 await conn.execute(text("CREATE EXTENSION IF NOT EXISTS vector"))
     except GovernedMemoryError as failed:
-        if failed.cause == "permission_denied":
-            raise GovernedMemoryError(Reason.UNSUPPORTED_DATABASE, cause="extension_missing") from None
+        if failed.cause is Cause.PERMISSION_DENIED:
+            raise GovernedMemoryError(Reason.UNSUPPORTED_DATABASE, cause=Cause.EXTENSION_MISSING) from None
         raise
 
 
@@ -315,17 +315,17 @@ async def check_ready(db: Database) -> None:
         read_only = await conn.scalar(select(func.pg_is_in_recovery()))
     scripts = _scripts()
     if read_only:  # a standby (libpq's multi-host form reached it, or the primary was demoted): no write can land
-        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="read_only")
+        raise GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=Cause.READ_ONLY)
     if found is None:
         raise GovernedMemoryError(Reason.SCHEMA_MISSING)
     if found not in {script.revision for script in scripts.walk_revisions()}:
-        cause = f"database at {found[:32]}, this package migrates to {scripts.get_current_head()}"
-        raise GovernedMemoryError(Reason.SCHEMA_NEWER, cause=cause)
+        detail = f"database at {found[:32]}, this package migrates to {scripts.get_current_head()}"
+        raise GovernedMemoryError(Reason.SCHEMA_NEWER, detail=detail)
     if found != scripts.get_current_head() or installed is None or _version_tuple(installed) < MIN_PGVECTOR:
         raise GovernedMemoryError(Reason.SCHEMA_OUTDATED)
     async with db.transaction() as conn:
         if await conn.scalar(select(exists().where(entries.c.sealed.is_(None)))):
-            raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause="plain_entries")  # run migrate: it seals them
+            raise GovernedMemoryError(Reason.SCHEMA_OUTDATED, cause=Cause.PLAIN_ENTRIES)  # run migrate: it seals them
     await db.keys.store.check()
     await binding.check(db)
 

@@ -95,7 +95,7 @@ async def test_a_database_newer_than_the_package_is_refused_naming_both_revision
         with pytest.raises(GovernedMemoryError) as refused:
             await store.migrate()
         assert refused.value.reason is Reason.SCHEMA_NEWER
-        assert refused.value.cause == f"database at 9999, this package migrates to {head}"
+        assert refused.value.detail == f"database at 9999, this package migrates to {head}"
         assert await refusal(store.check_ready()) is Reason.SCHEMA_NEWER
     finally:
         await store.close()

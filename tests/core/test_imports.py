@@ -55,6 +55,7 @@ def test_the_package_itself_loads_only_its_errors() -> None:
     assert sorted(name for name in loaded if name.startswith("kagent_memory_governed")) == [
         "kagent_memory_governed",
         "kagent_memory_governed.errors",
+        "kagent_memory_governed.errors.causes",
     ]
 
 

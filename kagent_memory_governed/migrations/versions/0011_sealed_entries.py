@@ -8,7 +8,7 @@ in the database. Entries stored in plain text by an earlier version keep their c
 sealed them (``Store.migrate``, right after this revision); the server refuses to serve while any is left
 (``schema_outdated``). Plain-text copies in WAL, replicas and backups taken before remain (docs/privacy.md).
 
-The downgrade refuses while sealed entries exist: an earlier version could not read them (``bad_input``, cause
+The downgrade refuses while sealed entries exist: an earlier version could not read them (``bad_input``, detail
 ``sealed entries: erase them first, or keep 0011``, and nothing changes). Erase them first (``forget-all``/``off``),
 or keep this revision. Frozen copies: ``migrations/sql/0011/`` (``replaceable``).
 
@@ -56,7 +56,7 @@ def downgrade() -> None:
     if op.get_bind().scalar(sa.text("SELECT EXISTS (SELECT FROM governed_memory.entries WHERE sealed IS NOT NULL)")):
         # a refusal like every other target migrate refuses, in one line naming why (no count, no content); the
         # transaction migrate runs in rolls back every step of this downgrade taken before it
-        raise GovernedMemoryError(Reason.BAD_INPUT, cause="sealed entries: erase them first, or keep 0011")
+        raise GovernedMemoryError(Reason.BAD_INPUT, detail="sealed entries: erase them first, or keep 0011")
     op.execute("DROP FUNCTION governed_memory.search(uuid, bigint, timestamptz)")
     op.execute(
         "DROP FUNCTION governed_memory.write(uuid, bigint, timestamptz, uuid[], bytea[], integer[], uuid[], uuid[],"

@@ -1,7 +1,8 @@
 """The one error type of governed memory, its reason codes, and the codes the ledger records with them.
 
     GovernedMemoryError(Exception)   every refusal and failure at run time; ``str()`` is the reason code, and
-                                     ``cause`` an operator's content-free category (``timeout``)
+                                     ``cause`` an operator's content-free category (``Cause``, errors/causes.py:
+                                     ``timeout``), or ``detail`` where no category can say it
     ConfigurationError(ValueError)   start-up only: a setting is missing or invalid (named, never echoed);
      │                               ``code`` a content-free category (``missing``, ``invalid``, ...)
      └── PolicyError                 a policy file or key is invalid, or tries to raise a ceiling
@@ -17,6 +18,11 @@ traceback carries the lower-level text.
 from __future__ import annotations
 
 from enum import StrEnum
+
+from kagent_memory_governed.errors.causes import GRPC_CAUSES as GRPC_CAUSES
+from kagent_memory_governed.errors.causes import Cause as Cause
+from kagent_memory_governed.errors.causes import grpc_cause as grpc_cause
+from kagent_memory_governed.errors.causes import http_cause as http_cause
 
 
 class Reason(StrEnum):
@@ -107,14 +113,25 @@ class Result(StrEnum):
 class GovernedMemoryError(Exception):
     """A refusal or failure of governed memory. ``str(error)`` is the reason code and nothing else."""
 
-    def __init__(self, reason: Reason, *, cause: str | None = None) -> None:
+    # ``cause`` takes a str only until service/remote.py and service/server.py name their causes (converted with the
+    # streamed data plane); a str that is no Cause's value is a ValueError
+    def __init__(self, reason: Reason, *, cause: Cause | str | None = None, detail: str | None = None) -> None:
         super().__init__(reason.value)
         self.reason = reason
-        self.cause = cause  # for operators: a content-free category (``connection_refused``), never database text
+        # for operators: a content-free category (``connection_refused``), never database text
+        self.cause: Cause | None = None if cause is None else Cause(cause)
+        # for operators, where no category can say it: content-free text (the revisions of a newer schema, a
+        # target migrate refuses), shown in the cause's place; never recorded in the ledger
+        self.detail = detail
+
+    @property
+    def shown(self) -> str | None:
+        """What an operator is shown beside the reason code: the detail, else the cause."""
+        return self.detail or self.cause
 
     def explained(self) -> str:
         """The reason code, and the operator-facing cause when there is one: ``store_unavailable (timeout)``."""
-        return f"{self.reason.value} ({self.cause})" if self.cause else self.reason.value
+        return f"{self.reason.value} ({self.shown})" if self.shown else self.reason.value
 
     def __repr__(self) -> str:
         return f"GovernedMemoryError({self.reason.value!r})"
