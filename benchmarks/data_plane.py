@@ -509,7 +509,7 @@ def costs(bridge: Any, token_file: Path, runs: int = 2000) -> dict[str, float]:
     from kagent_memory_governed.assertion import Trust, verify
     from kagent_memory_governed.scope import AgentId
     from kagent_memory_governed.service import data_plane_pb2 as pb
-    from kagent_memory_governed.service import remote, server, wire
+    from kagent_memory_governed.service import messages, remote, wire
     from kagent_memory_governed.store import Hit
     from kagent_memory_governed.testing import HOMESERVER, ISSUER
 
@@ -551,12 +551,12 @@ def costs(bridge: Any, token_file: Path, runs: int = 2000) -> dict[str, float]:
             f"SearchRequest x{count}: parse + list(values) (service)",
             lambda raw=raw: [list(v.values) for v in pb.SearchRequest.FromString(raw).embeddings],
         )
-        reply = pb.SearchReply(results=[pb.Hits(hits=[server._hit(h) for h in hits]) for _ in range(count)])
+        reply = pb.SearchReply(results=[pb.Hits(hits=[messages.hit(h) for h in hits]) for _ in range(count)])
         answer = reply.SerializeToString()
         micro(
             f"SearchReply x{count} of 5 hits: build + serialize (service)",
             lambda count=count: pb.SearchReply(
-                results=[pb.Hits(hits=[server._hit(h) for h in hits]) for _ in range(count)]
+                results=[pb.Hits(hits=[messages.hit(h) for h in hits]) for _ in range(count)]
             ).SerializeToString(),
         )
         micro(

@@ -162,3 +162,51 @@ class PolicyReply(_message.Message):
     ledger_retention_days: int
     control_reads_per_hour: int
     def __init__(self, max_expiry_seconds: _Optional[int] = ..., entry_cap: _Optional[int] = ..., max_fact_bytes: _Optional[int] = ..., prefetch_max_subqueries: _Optional[int] = ..., prefetch_max_query_bytes: _Optional[int] = ..., explicit_ops_per_minute: _Optional[int] = ..., explicit_burst: _Optional[int] = ..., scope_ops_per_hour: _Optional[int] = ..., autosave_every_user_turns: _Optional[int] = ..., autosave_max_input_bytes: _Optional[int] = ..., autosave_max_facts: _Optional[int] = ..., ledger_retention_days: _Optional[int] = ..., control_reads_per_hour: _Optional[int] = ...) -> None: ...
+
+class Call(_message.Message):
+    __slots__ = ("id", "authorization", "scope", "admit", "search", "write", "record_turn", "collect_turns", "policy")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    AUTHORIZATION_FIELD_NUMBER: _ClassVar[int]
+    SCOPE_FIELD_NUMBER: _ClassVar[int]
+    ADMIT_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELD_NUMBER: _ClassVar[int]
+    WRITE_FIELD_NUMBER: _ClassVar[int]
+    RECORD_TURN_FIELD_NUMBER: _ClassVar[int]
+    COLLECT_TURNS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    authorization: str
+    scope: str
+    admit: AdmitRequest
+    search: SearchRequest
+    write: WriteRequest
+    record_turn: RecordTurnRequest
+    collect_turns: CollectTurnsRequest
+    policy: PolicyRequest
+    def __init__(self, id: _Optional[int] = ..., authorization: _Optional[str] = ..., scope: _Optional[str] = ..., admit: _Optional[_Union[AdmitRequest, _Mapping]] = ..., search: _Optional[_Union[SearchRequest, _Mapping]] = ..., write: _Optional[_Union[WriteRequest, _Mapping]] = ..., record_turn: _Optional[_Union[RecordTurnRequest, _Mapping]] = ..., collect_turns: _Optional[_Union[CollectTurnsRequest, _Mapping]] = ..., policy: _Optional[_Union[PolicyRequest, _Mapping]] = ...) -> None: ...
+
+class Refusal(_message.Message):
+    __slots__ = ("reason",)
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    reason: str
+    def __init__(self, reason: _Optional[str] = ...) -> None: ...
+
+class Answer(_message.Message):
+    __slots__ = ("id", "refused", "admit", "search", "write", "record_turn", "collect_turns", "policy")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    ADMIT_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELD_NUMBER: _ClassVar[int]
+    WRITE_FIELD_NUMBER: _ClassVar[int]
+    RECORD_TURN_FIELD_NUMBER: _ClassVar[int]
+    COLLECT_TURNS_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    id: int
+    refused: Refusal
+    admit: AdmitReply
+    search: SearchReply
+    write: WriteReply
+    record_turn: RecordTurnReply
+    collect_turns: CollectTurnsReply
+    policy: PolicyReply
+    def __init__(self, id: _Optional[int] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ..., admit: _Optional[_Union[AdmitReply, _Mapping]] = ..., search: _Optional[_Union[SearchReply, _Mapping]] = ..., write: _Optional[_Union[WriteReply, _Mapping]] = ..., record_turn: _Optional[_Union[RecordTurnReply, _Mapping]] = ..., collect_turns: _Optional[_Union[CollectTurnsReply, _Mapping]] = ..., policy: _Optional[_Union[PolicyReply, _Mapping]] = ...) -> None: ...

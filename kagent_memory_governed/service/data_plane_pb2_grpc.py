@@ -64,6 +64,11 @@ class DataPlaneStub(object):
                 request_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.PolicyRequest.SerializeToString,
                 response_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.PolicyReply.FromString,
                 _registered_method=True)
+        self.Exchange = channel.stream_stream(
+                '/governed_memory.v1.DataPlane/Exchange',
+                request_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.Call.SerializeToString,
+                response_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.Answer.FromString,
+                _registered_method=True)
 
 
 class DataPlaneServicer(object):
@@ -115,6 +120,16 @@ class DataPlaneServicer(object):
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Exchange(self, request_iterator, context):
+        """The calls above as messages on one stream, answered as each is done, in any order: each Call is verified as a
+        unary call is (its own credentials; the stream's metadata vouches for nothing) and its Answer carries its id.
+        The stream ends when the caller ends it; a stream that fails fails the calls it had pending, and no call of one
+        stream is ever answered on another.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DataPlaneServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -147,6 +162,11 @@ def add_DataPlaneServicer_to_server(servicer, server):
                     servicer.Policy,
                     request_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.PolicyRequest.FromString,
                     response_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.PolicyReply.SerializeToString,
+            ),
+            'Exchange': grpc.stream_stream_rpc_method_handler(
+                    servicer.Exchange,
+                    request_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.Call.FromString,
+                    response_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.Answer.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -311,6 +331,33 @@ class DataPlane(object):
             '/governed_memory.v1.DataPlane/Policy',
             kagent__memory__governed_dot_service_dot_data__plane__pb2.PolicyRequest.SerializeToString,
             kagent__memory__governed_dot_service_dot_data__plane__pb2.PolicyReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Exchange(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_stream(
+            request_iterator,
+            target,
+            '/governed_memory.v1.DataPlane/Exchange',
+            kagent__memory__governed_dot_service_dot_data__plane__pb2.Call.SerializeToString,
+            kagent__memory__governed_dot_service_dot_data__plane__pb2.Answer.FromString,
             options,
             channel_credentials,
             insecure,

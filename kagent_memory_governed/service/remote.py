@@ -2,14 +2,16 @@
 
 The data-plane subset of ``Store`` that the runtime calls (``admit``, ``search``, ``search_many``, ``write``,
 ``record_turn``, ``collect_turns``, ``policy``, ``limit_expiry``), with the same arguments and answers, over
-``grpc.aio``. Each call presents the request's scope token exactly as the bridge signed it (``carry``) and the
-workload identity token read from its file for that call (as kagent reads its projected token); the service verifies
-both and acts on that token's scope. A call for a key or generation other than the carried token's is refused here,
+``grpc.aio``: each call a message on one long-lived ``Exchange`` stream per event loop (``exchange``). Each call
+presents the request's scope token exactly as the bridge signed it (``carry``) and the workload identity token read
+from its file for that call (as kagent reads its projected token); the service verifies both and acts on that token's
+scope. A call for a key or generation other than the carried token's is refused here,
 ``scope_mismatch``, before anything is sent; without a token, ``no_assertion``.
 
-Refusals are the service's reason codes. Anything else (unreachable, past the deadline, an answer that is not a
-reason code with its status, or not of the wire) is ``service_unavailable`` with a content-free cause. TLS verifies
-the service's certificate and name against a CA file (libpq's ``verify-full``); plaintext only to a loopback address.
+Refusals are the service's reason codes. Anything else (unreachable, past the deadline, a refusal that is not a
+reason code, an answer to another call, a stream that failed, anything not of the wire) is ``service_unavailable``
+with a content-free cause. TLS verifies the service's certificate and name against a CA file (libpq's
+``verify-full``); plaintext only to a loopback address.
 Imports nothing of the server or the store.
 """
 
@@ -32,6 +34,7 @@ from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
 from kagent_memory_governed.service import wire
+from kagent_memory_governed.service.exchange import Exchange, unavailable
 from kagent_memory_governed.service.values import Fact, Hit, Turn
 
 URL_SETTING = "KAGENT_GOVERNED_MEMORY_SERVICE_URL"
@@ -46,10 +49,6 @@ def carry(token: str | None) -> Token[str | None]:
     return _scope_token.set(token)
 
 
-def _unavailable(cause: str) -> GovernedMemoryError:
-    return GovernedMemoryError(Reason.SERVICE_UNAVAILABLE, cause=cause)
-
-
 class RemoteStore:
     """The data plane of a governed memory service, as the runtime's store. Create with ``RemoteStore.connect``;
     ``close`` when done."""
@@ -57,7 +56,8 @@ class RemoteStore:
     def __init__(self, channel: Callable[[], grpc.aio.Channel], *, token_file: Path, deadline: float) -> None:
         self._open = channel
         self._channel: grpc.aio.Channel | None = None
-        self._stub: Any = None  # generated, untyped; replies are checked below
+        self._stub: Any = None  # generated, untyped; answers are checked below
+        self._stream: Exchange | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._token_file = token_file
         self._deadline = deadline
@@ -108,18 +108,24 @@ class RemoteStore:
         return cls(lambda: grpc.aio.secure_channel(target, verified, options), token_file=token_file, deadline=deadline)
 
     async def close(self) -> None:
-        if self._channel is not None:
-            channel, self._channel, self._stub = self._channel, None, None
+        stream, channel = self._stream, self._channel
+        self._stream, self._channel, self._stub = None, None, None
+        if stream is not None and self._loop is asyncio.get_running_loop():
+            await stream.close()
+        if channel is not None:
             await channel.close()
 
-    def _opened(self) -> Any:
-        """The stub over a channel of the running event loop: a ``grpc.aio`` channel belongs to the loop it was
-        opened in, and a process may create its store before the loop that serves (kagent-adk's CLI does)."""
+    def _exchange(self) -> Exchange:
+        """The open stream of a channel of the running event loop: a ``grpc.aio`` channel belongs to the loop it was
+        opened in, and a process may create its store before the loop that serves (kagent-adk's CLI does). A stream
+        that failed is replaced on the same channel."""
         loop = asyncio.get_running_loop()
         if self._channel is None or self._loop is not loop:
             self._channel, self._loop = self._open(), loop  # a channel of a loop that ended has nothing to close
-            self._stub = pb_grpc.DataPlaneStub(self._channel)
-        return self._stub
+            self._stub, self._stream = pb_grpc.DataPlaneStub(self._channel), None
+        if self._stream is None or self._stream.failed:
+            self._stream = Exchange(self._stub)
+        return self._stream
 
     # -- policy -----------------------------------------------------------------------------------
 
@@ -133,11 +139,11 @@ class RemoteStore:
 
     async def refresh_policy(self) -> Policy:
         """Ask the service for its effective ceilings (workload identity only); returns ``policy``."""
-        reply = await self._call(self._opened().Policy, pb.PolicyRequest(), None, pb.PolicyReply)
+        reply = await self._call("policy", pb.PolicyRequest(), None)
         try:
             self._policy = Policy(**{name: getattr(reply, name) for name in Policy.model_fields})
         except ValueError:  # pydantic's ValidationError: an answer no policy can have
-            raise _unavailable("bad_answer") from None
+            raise unavailable("bad_answer") from None
         return self.policy
 
     async def check_ready(self) -> None:
@@ -164,7 +170,7 @@ class RemoteStore:
         only checked here: the service spends it when it is done (``search_many``, ``write``)."""
         units = admit_int(units, low=0, high=2**32 - 1)
         request = pb.AdmitRequest(operation=str(operation), units=units, explicit=explicit)
-        await self._call(self._opened().Admit, request, (key, generation), pb.AdmitReply)
+        await self._call("admit", request, (key, generation))
         _admitted.set((str(operation), explicit))
 
     async def write(
@@ -181,10 +187,10 @@ class RemoteStore:
             operation=operation,
             explicit=explicit,
         )
-        reply = await self._call(self._opened().Write, request, (key, generation), pb.WriteReply)
+        reply = await self._call("write", request, (key, generation))
         ids = [_uuid(entry) for entry in reply.entry_ids]
         if len(ids) != len(facts):
-            raise _unavailable("bad_answer")
+            raise unavailable("bad_answer")
         return ids
 
     async def search(
@@ -210,9 +216,9 @@ class RemoteStore:
         operation, explicit = _admitted.get()
         vectors = [pb.Vector(values=vector) for vector in embeddings]
         request = pb.SearchRequest(embeddings=vectors, operation=operation, explicit=explicit)
-        reply = await self._call(self._opened().Search, request, (key, generation), pb.SearchReply)
+        reply = await self._call("search", request, (key, generation))
         if len(reply.results) != len(embeddings):
-            raise _unavailable("bad_answer")
+            raise unavailable("bad_answer")
         return [[_hit(hit) for hit in result.hits if hit.score >= min_score][:top_k] for result in reply.results]
 
     async def record_turn(
@@ -220,7 +226,7 @@ class RemoteStore:
     ) -> int:
         """``Store.record_turn`` at the service: how many admitted turns of the session await auto-save."""
         request = pb.RecordTurnRequest(session_id=session_id, invocation_id=invocation_id, recalled=recalled)
-        reply = await self._call(self._opened().RecordTurn, request, (key, generation), pb.RecordTurnReply)
+        reply = await self._call("record_turn", request, (key, generation))
         return int(reply.waiting)
 
     async def collect_turns(
@@ -229,34 +235,40 @@ class RemoteStore:
         """``Store.collect_turns`` at the service, for the most recent ``wire.MAX_CANDIDATES`` candidates."""
         recent = list(candidates)[-wire.MAX_CANDIDATES :]
         request = pb.CollectTurnsRequest(session_id=session_id, candidates=recent)
-        reply = await self._call(self._opened().CollectTurns, request, (key, generation), pb.CollectTurnsReply)
+        reply = await self._call("collect_turns", request, (key, generation))
         asked = set(recent)
         turns = [Turn(turn.invocation_id, turn.recalled) for turn in reply.turns]
         if any(turn.invocation_id not in asked for turn in turns):
-            raise _unavailable("bad_answer")
+            raise unavailable("bad_answer")
         return turns
 
     # -- one call ---------------------------------------------------------------------------------
 
-    async def _call(self, rpc: Any, request: Any, scope: tuple[ScopeKey, int] | None, answer: type[Any]) -> Any:
-        metadata = [(wire.AUTHORIZATION, f"Bearer {self._bearer()}")]
+    async def _call(self, kind: str, request: Any, scope: tuple[ScopeKey, int] | None) -> Any:
+        """``request`` as the ``kind`` field of a ``Call`` on this loop's stream; its reply, or its refusal raised."""
+        call = pb.Call(authorization=f"Bearer {self._bearer()}")
         if scope is not None:
-            metadata.append((wire.SCOPE, _presented(*scope)))
+            call.scope = _presented(*scope)
+        getattr(call, kind).CopyFrom(request)
         try:
-            reply = await rpc(request, metadata=metadata, timeout=self._deadline)
-        except grpc.aio.AioRpcError as error:
-            reason = wire.reason_of(error.code(), error.details())
-            if reason is None:
-                code = error.code()
-                raise _unavailable(code.name.lower() if isinstance(code, grpc.StatusCode) else "bad_answer") from None
-            raise GovernedMemoryError(reason) from None
-        except asyncio.CancelledError:
+            async with asyncio.timeout(self._deadline):
+                answer = await self._exchange().ask(call)
+        except TimeoutError:
+            raise unavailable("deadline_exceeded") from None
+        except (GovernedMemoryError, asyncio.CancelledError):
             raise
-        except Exception:  # a channel or serialization failure: its text is not ours to pass on
-            raise _unavailable("transport") from None
-        if not isinstance(reply, answer):
-            raise _unavailable("bad_answer")
-        return reply
+        except Exception:  # opening a stream failed: its text is not ours to pass on
+            raise unavailable("transport") from None
+        replied = answer.WhichOneof("reply")
+        if replied == "refused":
+            try:
+                reason = Reason(answer.refused.reason)
+            except ValueError:
+                raise unavailable("bad_answer") from None
+            raise GovernedMemoryError(reason)
+        if replied != kind:
+            raise unavailable("bad_answer")
+        return getattr(answer, kind)
 
     def _bearer(self) -> str:
         """The workload identity token, read for each call: the kubelet rotates the file."""
@@ -265,7 +277,7 @@ class RemoteStore:
         except (OSError, UnicodeDecodeError):
             token = ""
         if not token or not token.isprintable():
-            raise _unavailable("identity_token_unreadable")
+            raise unavailable("identity_token_unreadable")
         return token
 
 
@@ -287,14 +299,14 @@ def _uuid(value: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise _unavailable("bad_answer") from None
+        raise unavailable("bad_answer") from None
 
 
 def _hit(hit: pb.Hit) -> Hit:
     if not hit.HasField("created_at") or not hit.HasField("expires_at"):
-        raise _unavailable("bad_answer")
+        raise unavailable("bad_answer")
     try:
         created, expires = hit.created_at.ToDatetime(tzinfo=UTC), hit.expires_at.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
-        raise _unavailable("bad_answer") from None
+        raise unavailable("bad_answer") from None
     return Hit(_uuid(hit.entry_id), hit.text, float(hit.score), created, expires)

@@ -17,16 +17,12 @@ import asyncio
 import hashlib
 import logging
 import time
-import uuid
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from typing import Any, Protocol, TypeVar
 
 import grpc
-import numpy
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-from google.protobuf.timestamp_pb2 import Timestamp
 
 from kagent_memory_governed import clock, redaction
 from kagent_memory_governed.assertion import LEEWAY_SECONDS, Trust, verify
@@ -34,9 +30,8 @@ from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.scope import AgentId, ScopeKey
 from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
-from kagent_memory_governed.service import wire
-from kagent_memory_governed.service.values import Embedding
-from kagent_memory_governed.store import Hit, NewFact, Store
+from kagent_memory_governed.service import messages, wire
+from kagent_memory_governed.store import NewFact, Store
 
 logger = logging.getLogger(__name__)
 Reply = TypeVar("Reply")
@@ -92,20 +87,120 @@ class DataPlane:
         self._scopes: dict[bytes, tuple[Scope, float, float]] = {}
         # admissions Admit recorded for a search or a write, awaiting it: their deadlines (monotonic), oldest first
         self._spent: dict[tuple[ScopeKey, int, Operation, bool, int], list[float]] = {}
+        self._work: dict[str, Callable[[Any, Scope], Awaitable[Any]]] = {
+            "admit": self._admit,
+            "search": self._search,
+            "write": self._write,
+            "record_turn": self._record_turn,
+            "collect_turns": self._collect_turns,
+        }
         redaction.install_log_boundary()
 
-    # -- the calls --------------------------------------------------------------------------------
+    # -- the calls, unary or on Exchange ---------------------------------------------------------
 
     async def Admit(self, request: pb.AdmitRequest, context: grpc.aio.ServicerContext) -> pb.AdmitReply:
-        async def admit(scope: Scope) -> pb.AdmitReply:
-            operation = _operation(request.operation, ADMITTED)
-            explicit = request.explicit or operation in EXPLICIT
-            await self._store.admit(scope.key, scope.generation, operation, units=request.units, explicit=explicit)
-            if operation in SEARCHES | WRITES:  # recorded: the call it admits takes it (``_spend``)
-                self._keep((scope.key, scope.generation, operation, explicit, request.units))
-            return pb.AdmitReply()
+        return await self._unary("admit", request, context, pb.AdmitReply)
 
-        return await self._serve("admit", context, admit)
+    async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchReply:
+        return await self._unary("search", request, context, pb.SearchReply)
+
+    async def Write(self, request: pb.WriteRequest, context: grpc.aio.ServicerContext) -> pb.WriteReply:
+        return await self._unary("write", request, context, pb.WriteReply)
+
+    async def RecordTurn(self, request: pb.RecordTurnRequest, context: grpc.aio.ServicerContext) -> pb.RecordTurnReply:
+        return await self._unary("record_turn", request, context, pb.RecordTurnReply)
+
+    async def CollectTurns(
+        self, request: pb.CollectTurnsRequest, context: grpc.aio.ServicerContext
+    ) -> pb.CollectTurnsReply:
+        return await self._unary("collect_turns", request, context, pb.CollectTurnsReply)
+
+    async def Policy(self, request: pb.PolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyReply:
+        return await self._unary("policy", request, context, pb.PolicyReply)
+
+    async def Exchange(self, calls: object, context: grpc.aio.ServicerContext) -> None:
+        """The calls of one stream, each verified and answered as its unary call is, as each is done: at most
+        ``wire.MAX_PENDING_CALLS`` at once (the stream is not read further meanwhile). When the caller ends the stream,
+        what it asked is answered first; when the stream fails, its pending work is cancelled."""
+        room = asyncio.Semaphore(wire.MAX_PENDING_CALLS)
+        writing = asyncio.Lock()  # one write at a time on a stream
+        pending: set[asyncio.Task[None]] = set()
+
+        async def answer(call: pb.Call) -> None:
+            try:
+                reply = await self._answer(call)
+                async with writing:
+                    await context.write(reply)
+            finally:
+                room.release()
+
+        try:
+            while True:
+                await room.acquire()
+                call = await context.read()
+                if not isinstance(call, pb.Call):  # grpc.aio.EOF: the caller ended the stream
+                    break
+                task = asyncio.create_task(answer(call))
+                pending.add(task)
+                task.add_done_callback(pending.discard)
+            await asyncio.gather(*pending)
+        finally:
+            for task in pending:
+                task.cancel()
+
+    async def _unary(self, method: str, request: Any, context: grpc.aio.ServicerContext, answer: type[Reply]) -> Reply:
+        outcome = await self._do(method, request, lambda: _metadata(context))
+        if isinstance(outcome, answer):
+            return outcome
+        refused = outcome if isinstance(outcome, GovernedMemoryError) else GovernedMemoryError(Reason.INTERNAL_ERROR)
+        await context.abort(wire.status(refused.reason), refused.reason.value)
+        raise AssertionError("abort raises")  # pragma: no cover
+
+    async def _answer(self, call: pb.Call) -> pb.Answer:
+        method = call.WhichOneof("request")
+        if method is None:
+            return pb.Answer(id=call.id, refused=pb.Refusal(reason=Reason.BAD_INPUT.value))
+        outcome = await self._do(method, getattr(call, method), lambda: _credentials(call))
+        if isinstance(outcome, GovernedMemoryError):
+            return pb.Answer(id=call.id, refused=pb.Refusal(reason=outcome.reason.value))
+        answer = pb.Answer(id=call.id)
+        getattr(answer, method).CopyFrom(outcome)
+        return answer
+
+    async def _do(self, method: str, request: Any, credentials: Callable[[], Mapping[str, str]]) -> Any:
+        """One call of ``method``: the caller named by ``credentials``, its scope token verified (but for policy),
+        the work bounded in time; its reply, or the refusal to send (logged by reason code only)."""
+        token = redaction.enter(True)  # this call's task: memory work, whatever a library logs
+        try:
+            async with asyncio.timeout(self._handler_seconds):
+                metadata = credentials()
+                agent = await self._identity.agent(metadata)
+                if method == "policy":
+                    return pb.PolicyReply(**self._store.policy.model_dump())
+                scope = self._verified(metadata, agent)
+                return await self._work[method](request, scope)
+        except GovernedMemoryError as error:
+            refused = error
+            logger.info("data plane %s refused: %s", method, error.explained())
+        except TimeoutError:
+            refused = GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="timeout")
+            logger.warning("data plane %s refused: %s", method, refused.explained())
+        except Exception as error:  # content-free: the type only
+            refused = GovernedMemoryError(Reason.INTERNAL_ERROR)
+            logger.warning("data plane %s failed: %s", method, type(error).__name__)
+        finally:
+            redaction.leave(token)
+        return refused
+
+    # -- the work of each call, on its verified scope ---------------------------------------------
+
+    async def _admit(self, request: pb.AdmitRequest, scope: Scope) -> pb.AdmitReply:
+        operation = _operation(request.operation, ADMITTED)
+        explicit = request.explicit or operation in EXPLICIT
+        await self._store.admit(scope.key, scope.generation, operation, units=request.units, explicit=explicit)
+        if operation in SEARCHES | WRITES:  # recorded: the call it admits takes it (``_spend``)
+            self._keep((scope.key, scope.generation, operation, explicit, request.units))
+        return pb.AdmitReply()
 
     def _keep(self, admitted: tuple[ScopeKey, int, Operation, bool, int]) -> None:
         if admitted not in self._spent and len(self._spent) >= SPENT_KEPT:
@@ -134,88 +229,38 @@ class DataPlane:
             return
         await self._store.admit(scope.key, scope.generation, operation, units=units, explicit=explicit)
 
-    async def Search(self, request: pb.SearchRequest, context: grpc.aio.ServicerContext) -> pb.SearchReply:
-        async def search(scope: Scope) -> pb.SearchReply:
-            await self._spend(scope, request.operation, SEARCHES, len(request.embeddings), request.explicit)
-            vectors = [_embedding(vector) for vector in request.embeddings]
-            found = await self._store.search_many(
-                scope.key, scope.generation, vectors, top_k=wire.SEARCH_TOP_K, min_score=wire.SEARCH_MIN_SCORE
-            )
-            return pb.SearchReply(results=[pb.Hits(hits=[_hit(hit) for hit in hits]) for hits in found])
+    async def _search(self, request: pb.SearchRequest, scope: Scope) -> pb.SearchReply:
+        await self._spend(scope, request.operation, SEARCHES, len(request.embeddings), request.explicit)
+        vectors = [messages.embedding(vector) for vector in request.embeddings]
+        found = await self._store.search_many(
+            scope.key, scope.generation, vectors, top_k=wire.SEARCH_TOP_K, min_score=wire.SEARCH_MIN_SCORE
+        )
+        return pb.SearchReply(results=[pb.Hits(hits=[messages.hit(hit) for hit in hits]) for hits in found])
 
-        return await self._serve("search", context, search)
+    async def _write(self, request: pb.WriteRequest, scope: Scope) -> pb.WriteReply:
+        await self._spend(scope, request.operation, WRITES, len(request.facts), request.explicit)
+        facts = [NewFact(fact.text, messages.embedding(fact.embedding)) for fact in request.facts]
+        expires_in = request.expires_in if request.HasField("expires_in") else None
+        ids = await self._store.write(scope.key, scope.generation, facts, expires_in=expires_in)
+        return pb.WriteReply(entry_ids=[str(entry) for entry in ids])
 
-    async def Write(self, request: pb.WriteRequest, context: grpc.aio.ServicerContext) -> pb.WriteReply:
-        async def write(scope: Scope) -> pb.WriteReply:
-            await self._spend(scope, request.operation, WRITES, len(request.facts), request.explicit)
-            facts = [NewFact(fact.text, _embedding(fact.embedding)) for fact in request.facts]
-            expires_in = request.expires_in if request.HasField("expires_in") else None
-            ids = await self._store.write(scope.key, scope.generation, facts, expires_in=expires_in)
-            return pb.WriteReply(entry_ids=[str(entry) for entry in ids])
+    async def _record_turn(self, request: pb.RecordTurnRequest, scope: Scope) -> pb.RecordTurnReply:
+        session, invocation = messages.identifier(request.session_id), messages.identifier(request.invocation_id)
+        waiting = await self._store.record_turn(
+            scope.key, scope.generation, session, invocation, recalled=request.recalled
+        )
+        return pb.RecordTurnReply(waiting=waiting)
 
-        return await self._serve("write", context, write)
+    async def _collect_turns(self, request: pb.CollectTurnsRequest, scope: Scope) -> pb.CollectTurnsReply:
+        if len(request.candidates) > wire.MAX_CANDIDATES:
+            raise GovernedMemoryError(Reason.BAD_INPUT)
+        candidates = [messages.identifier(candidate) for candidate in request.candidates]
+        turns = await self._store.collect_turns(
+            scope.key, scope.generation, messages.identifier(request.session_id), candidates
+        )
+        return pb.CollectTurnsReply(turns=[pb.Turn(invocation_id=t.invocation_id, recalled=t.recalled) for t in turns])
 
-    async def RecordTurn(self, request: pb.RecordTurnRequest, context: grpc.aio.ServicerContext) -> pb.RecordTurnReply:
-        async def record(scope: Scope) -> pb.RecordTurnReply:
-            session, invocation = _identifier(request.session_id), _identifier(request.invocation_id)
-            waiting = await self._store.record_turn(
-                scope.key, scope.generation, session, invocation, recalled=request.recalled
-            )
-            return pb.RecordTurnReply(waiting=waiting)
-
-        return await self._serve("record_turn", context, record)
-
-    async def CollectTurns(
-        self, request: pb.CollectTurnsRequest, context: grpc.aio.ServicerContext
-    ) -> pb.CollectTurnsReply:
-        async def collect(scope: Scope) -> pb.CollectTurnsReply:
-            if len(request.candidates) > wire.MAX_CANDIDATES:
-                raise GovernedMemoryError(Reason.BAD_INPUT)
-            candidates = [_identifier(candidate) for candidate in request.candidates]
-            turns = await self._store.collect_turns(
-                scope.key, scope.generation, _identifier(request.session_id), candidates
-            )
-            return pb.CollectTurnsReply(
-                turns=[pb.Turn(invocation_id=t.invocation_id, recalled=t.recalled) for t in turns]
-            )
-
-        return await self._serve("collect_turns", context, collect)
-
-    async def Policy(self, request: pb.PolicyRequest, context: grpc.aio.ServicerContext) -> pb.PolicyReply:
-        async def policy(scope: Scope | None) -> pb.PolicyReply:
-            return pb.PolicyReply(**self._store.policy.model_dump())
-
-        return await self._serve("policy", context, policy, scoped=False)
-
-    # -- verification, bounds, refusals -----------------------------------------------------------
-
-    async def _serve(
-        self,
-        method: str,
-        context: grpc.aio.ServicerContext,
-        work: Callable[[Any], Awaitable[Reply]],
-        *,
-        scoped: bool = True,
-    ) -> Reply:
-        token = redaction.enter(True)  # this call's task: memory work, whatever a library logs
-        try:
-            async with asyncio.timeout(self._handler_seconds):
-                metadata = _metadata(context)
-                agent = await self._identity.agent(metadata)
-                return await work(self._verified(metadata, agent) if scoped else None)
-        except GovernedMemoryError as error:
-            refused = error
-            logger.info("data plane %s refused: %s", method, error.explained())
-        except TimeoutError:
-            refused = GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="timeout")
-            logger.warning("data plane %s refused: %s", method, refused.explained())
-        except Exception as error:  # content-free: the type only
-            refused = GovernedMemoryError(Reason.INTERNAL_ERROR)
-            logger.warning("data plane %s failed: %s", method, type(error).__name__)
-        finally:
-            redaction.leave(token)
-        await context.abort(wire.status(refused.reason), refused.reason.value)
-        raise AssertionError("abort raises")  # pragma: no cover
+    # -- verification -----------------------------------------------------------------------------
 
     def _verified(self, metadata: Mapping[str, str], agent: AgentId) -> Scope:
         """The scope the call's token names for ``agent``, verified in full the first time this service sees that
@@ -260,6 +305,12 @@ def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
     return found
 
 
+def _credentials(call: pb.Call) -> dict[str, str]:
+    """A message's credentials as a unary call's metadata would name them (an empty field: none)."""
+    found = {wire.AUTHORIZATION: call.authorization, wire.SCOPE: call.scope}
+    return {name: value for name, value in found.items() if value}
+
+
 def _operation(name: str, allowed: frozenset[Operation]) -> Operation:
     try:
         operation = Operation(name)
@@ -268,48 +319,6 @@ def _operation(name: str, allowed: frozenset[Operation]) -> Operation:
     if operation not in allowed:
         raise GovernedMemoryError(Reason.BAD_INPUT)
     return operation
-
-
-def _embedding(vector: pb.Vector) -> Embedding:
-    """A ``Vector``'s values for the store, which takes arrays and lists, not containers: the single-precision array
-    they are on the wire, read from the message's own packed bytes (field 1, a length, little-endian floats) without
-    a list of 768 Python floats in between (protobuf writes repeated floats packed); an empty list for none."""
-    raw = vector.SerializeToString()
-    length, shift, at = 0, 0, 1
-    while raw[:1] == b"\x0a" and at < len(raw) and shift < 35:
-        byte = raw[at]
-        length, shift, at = length | (byte & 0x7F) << shift, shift + 7, at + 1
-        if not byte & 0x80:
-            if at + length == len(raw) and length % 4 == 0:
-                return numpy.frombuffer(raw, dtype="<f4", offset=at)
-            break
-    return list(vector.values)
-
-
-def _identifier(value: str) -> str:
-    if not 1 <= len(value) <= wire.MAX_ID_CHARS:
-        raise GovernedMemoryError(Reason.BAD_INPUT)
-    return value
-
-
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-
-
-def _timestamp(moment: datetime) -> Timestamp:
-    """``Timestamp.FromDatetime``'s value (a naive time taken as UTC), in integer arithmetic: a third of its cost."""
-    since = (moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)) - _EPOCH
-    return Timestamp(seconds=since.days * 86400 + since.seconds, nanos=since.microseconds * 1000)
-
-
-def _hit(hit: Hit) -> pb.Hit:
-    entry = hit.entry_id if isinstance(hit.entry_id, uuid.UUID) else uuid.UUID(str(hit.entry_id))
-    return pb.Hit(
-        entry_id=str(entry),
-        text=hit.text,
-        score=hit.score,
-        created_at=_timestamp(hit.created_at),
-        expires_at=_timestamp(hit.expires_at),
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -25,6 +25,7 @@ SEARCH_MIN_SCORE = 0.3
 MAX_TOKEN_CHARS = 4096  # assertion.MAX_TOKEN_BYTES (not imported: assertion reaches the store package)
 MAX_ID_CHARS = 256  # a session or invocation id
 MAX_CANDIDATES = 4096  # invocation ids a collection names; the client sends the most recent
+MAX_PENDING_CALLS = 128  # calls of one Exchange stream the service works on at once; it reads no more meanwhile
 DEFAULT_DEADLINE_SECONDS = 5.0  # the client's, per call
 DEFAULT_HANDLER_SECONDS = 10.0  # the service's bound on one handler, whatever the client's deadline
 

@@ -336,35 +336,42 @@ async def test_nothing_of_a_fact_reaches_a_log_line_or_a_status(
 
 
 class Misbehaving:
-    """A stand-in service that answers what the real one never does."""
+    """A stand-in service that answers on ``Exchange`` what the real one never does (``unimplemented``: it has none)."""
 
     def __init__(self, answer: str) -> None:
         self.answer = answer
 
     def handler(self) -> grpc.GenericRpcHandler:
-        async def admit(request: bytes, context: grpc.aio.ServicerContext) -> bytes:
-            if self.answer == "hang":
-                await asyncio.Event().wait()
-            if self.answer == "garbage":
-                return b"\xff\xff\xff\xff"
-            code, details = {
-                "text": (grpc.StatusCode.FAILED_PRECONDITION, SENTINEL),
-                "wrong_code": (grpc.StatusCode.INTERNAL, "consent_stale"),
-                "unimplemented": (grpc.StatusCode.UNIMPLEMENTED, "Method not found!"),
-            }[self.answer]
-            await context.abort(code, details)
-            return b""
+        async def exchange(calls: AsyncIterator[bytes], context: grpc.aio.ServicerContext) -> AsyncIterator[bytes]:
+            async for raw_call in calls:
+                call = pb.Call.FromString(raw_call)
+                if self.answer == "hang":
+                    await asyncio.Event().wait()
+                if self.answer == "ends":
+                    return
+                if self.answer == "status":
+                    await context.abort(grpc.StatusCode.FAILED_PRECONDITION, SENTINEL)
+                yield {
+                    "garbage": b"\xff\xff\xff\xff",
+                    "refusal_text": pb.Answer(id=call.id, refused=pb.Refusal(reason=SENTINEL)).SerializeToString(),
+                    "reason_of_nothing": pb.Answer(id=call.id).SerializeToString(),
+                    "another_kind": pb.Answer(id=call.id, search=pb.SearchReply()).SerializeToString(),
+                }[self.answer]
 
-        method = grpc.unary_unary_rpc_method_handler(admit, request_deserializer=None, response_serializer=None)
-        return grpc.method_handlers_generic_handler("governed_memory.v1.DataPlane", {"Admit": method})
+        method = grpc.stream_stream_rpc_method_handler(exchange, request_deserializer=None, response_serializer=None)
+        methods = {} if self.answer == "unimplemented" else {"Exchange": method}
+        return grpc.method_handlers_generic_handler("governed_memory.v1.DataPlane", methods)
 
 
 @pytest.mark.parametrize(
     ("answer", "cause"),
     [
         ("garbage", "bad_answer"),
-        ("text", "failed_precondition"),
-        ("wrong_code", "internal"),
+        ("refusal_text", "bad_answer"),
+        ("reason_of_nothing", "bad_answer"),
+        ("another_kind", "bad_answer"),
+        ("status", "failed_precondition"),
+        ("ends", "transport"),
         ("unimplemented", "unimplemented"),
         ("hang", "deadline_exceeded"),
         ("down", "unavailable"),

@@ -29,6 +29,7 @@ SCALARS = {
     FieldDescriptor.TYPE_STRING: "string",
     FieldDescriptor.TYPE_BOOL: "bool",
     FieldDescriptor.TYPE_UINT32: "uint32",
+    FieldDescriptor.TYPE_UINT64: "uint64",
     FieldDescriptor.TYPE_INT64: "int64",
 }
 
@@ -36,6 +37,7 @@ SCALARS = {
 def _declared() -> dict[str, set[tuple[str, int, str, str]]]:
     """Each message of the .proto text: (field, number, label, type)."""
     text = re.sub(r"//[^\n]*", "", PROTO)
+    text = re.sub(r"^\s*oneof \w+ \{([^{}]*)\}", r"\1", text, flags=re.MULTILINE)  # a oneof's fields are its message's
     messages = {}
     for name, body in re.findall(r"^message (\w+) \{([^{}]*)\}", text, re.MULTILINE):
         fields = re.findall(r"^\s*(optional |repeated )?([\w.]+) (\w+) = (\d+);", body, re.MULTILINE)
@@ -62,9 +64,13 @@ def test_the_committed_descriptor_is_the_protos() -> None:
     assert pb.DESCRIPTOR.package == "governed_memory.v1" == re.search(r"^package ([\w.]+);", PROTO, re.M)[1]
     assert _generated() == _declared()
     [service] = pb.DESCRIPTOR.services_by_name.values()
-    methods = {(m.name, m.input_type.name, m.output_type.name) for m in service.methods}
+    methods = {
+        (m.name, m.client_streaming, m.input_type.name, m.server_streaming, m.output_type.name) for m in service.methods
+    }
+    declared = re.findall(r"rpc (\w+)\((stream )?(\w+)\) returns \((stream )?(\w+)\);", PROTO)
     assert service.name == "DataPlane"
-    assert methods == set(re.findall(r"rpc (\w+)\((\w+)\) returns \((\w+)\);", PROTO))
+    assert methods == {(name, bool(up), ask, bool(down), reply) for name, up, ask, down, reply in declared}
+    assert ("Exchange", True, "Call", True, "Answer") in methods
 
 
 def test_no_request_names_a_principal_a_room_or_an_agent() -> None:
@@ -154,22 +160,22 @@ def test_importing_the_client_through_the_package_loads_no_database_code() -> No
 
 
 def test_an_embedding_read_off_the_wire_is_the_message_s_own_single_precision_values() -> None:
-    """``server._embedding`` reads a ``Vector``'s packed floats without a list in between: the same values as the
+    """``messages.embedding`` reads a ``Vector``'s packed floats without a list in between: the same values as the
     list, NaN and infinities kept for the policy to refuse, and an empty list for an empty message."""
     import numpy
 
-    from kagent_memory_governed.service import server
+    from kagent_memory_governed.service import messages
 
     rng = numpy.random.default_rng(5)
     for values_ in ([*rng.standard_normal(768)], [float("nan"), float("inf"), -0.0, 3.4e38] * 192, [1.0]):
-        read = server._embedding(pb.Vector(values=values_))
+        read = messages.embedding(pb.Vector(values=values_))
         expected = numpy.asarray(values_, dtype=numpy.float32)
         assert isinstance(read, numpy.ndarray) and read.dtype == numpy.float32
         assert read.tobytes() == expected.tobytes()
-    assert server._embedding(pb.Vector()) == []
+    assert messages.embedding(pb.Vector()) == []
     unpacked = pb.Vector()
     unpacked.ParseFromString(b"".join(b"\x0d" + numpy.float32(v).tobytes() for v in (1.5, -2.0)))  # one tag a float
-    assert server._embedding(unpacked).tolist() == [1.5, -2.0]  # a sender's unpacked floats: re-encoded packed
+    assert messages.embedding(unpacked).tolist() == [1.5, -2.0]  # a sender's unpacked floats: re-encoded packed
 
 
 def test_a_timestamp_on_the_wire_is_the_one_protobuf_would_write() -> None:
@@ -177,7 +183,7 @@ def test_a_timestamp_on_the_wire_is_the_one_protobuf_would_write() -> None:
 
     from google.protobuf.timestamp_pb2 import Timestamp
 
-    from kagent_memory_governed.service import server
+    from kagent_memory_governed.service import messages
 
     start = datetime(1971, 1, 1, tzinfo=UTC)
     for step in range(0, 2_000_000_000, 9_876_543):
@@ -185,4 +191,4 @@ def test_a_timestamp_on_the_wire_is_the_one_protobuf_would_write() -> None:
         for given in (moment, moment.replace(tzinfo=None)):  # a naive time is taken as UTC, as FromDatetime does
             expected = Timestamp()
             expected.FromDatetime(given)
-            assert server._timestamp(given) == expected
+            assert messages.timestamp(given) == expected

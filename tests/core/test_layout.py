@@ -74,9 +74,9 @@ PARTS = {
     "contract": ("contract", "service.wire", "service.values", "service.data_plane_pb2", "service.data_plane_pb2_grpc"),
     "keys": ("keys",),
     "store": ("store", "schema"),
-    "client": ("service.remote", "bridge"),
+    "client": ("service.remote", "service.exchange", "bridge"),
     "configuration": ("settings", "mode", "embedded"),
-    "service": ("service", "service.server", "service.identity", "service.process", "control"),
+    "service": ("service", "service.server", "service.messages", "service.identity", "service.process", "control"),
     "adapters": ("adk",),
     "testing": ("testing",),
     "door": ("cli", "doctor", "activation", ""),
@@ -172,6 +172,6 @@ def test_the_clients_import_nothing_of_the_server_side(client: str) -> None:
     assert sorted(name for name in _loaded_with(client) if SERVER_SIDE.match(name)) == []
 
 
-@pytest.mark.parametrize("name", sorted(MODULES))
+@pytest.mark.parametrize("name", sorted(name for name in MODULES if "_pb2" not in name))  # generated: read the .proto
 def test_no_module_outgrows_a_reader(name: str) -> None:
     assert len(MODULES[name].read_text().splitlines()) <= 360
