@@ -55,7 +55,7 @@ def test_the_two_files_not_yet_converted_name_only_causes_cause_has() -> None:
             if isinstance(node, ast.Call):
                 named = getattr(node.func, "id", getattr(node.func, "attr", ""))
                 given = [k.value for k in node.keywords if k.arg == "cause"]
-                given += node.args[:1] if named == "_unavailable" else []
+                given += node.args[:1] if named in ("unavailable", "_unavailable") else []
                 for value in given:
                     if isinstance(value, ast.Constant) and isinstance(value.value, str):
                         assert value.value in set(Cause), (path.name, value.lineno)
