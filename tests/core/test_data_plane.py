@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator, Iterator, Mapping
 from contextlib import asynccontextmanager, contextmanager
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import asyncpg
 import grpc
@@ -54,8 +55,14 @@ def scope_key(agent: AgentId = HELPER, room: str = f"!control:{HOMESERVER}") -> 
 
 
 def token_for(bridge: Bridge, key: ScopeKey, generation: int, **changes: object) -> str:
-    claims = {"sub": key.principal.mxid, "aud": str(key.agent), "room": key.room.room_id, "gen": generation}
-    return bridge.sign(clock.now().timestamp(), **{**claims, **changes})
+    claims: dict[str, Any] = {
+        "sub": key.principal.mxid,
+        "aud": str(key.agent),
+        "room": key.room.room_id,
+        "gen": generation,
+        **changes,
+    }
+    return bridge.sign(clock.now().timestamp(), **claims)
 
 
 @contextmanager
@@ -77,7 +84,7 @@ async def serving(plane: object, *, tls: server.ServerTLS | None = None) -> Asyn
         await grpc_server.stop(None)
 
 
-def plane(store: Store, bridge: Bridge, **options: object) -> server.DataPlane:
+def plane(store: Store, bridge: Bridge, **options: float) -> server.DataPlane:
     public_key = bridge.private_key.public_key()
     return server.DataPlane(store, IDENTITY, public_key=public_key, issuer=ISSUER, homeserver=HOMESERVER, **options)
 

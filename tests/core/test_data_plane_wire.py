@@ -61,7 +61,9 @@ def _generated() -> dict[str, set[tuple[str, int, str, str]]]:
 
 
 def test_the_committed_descriptor_is_the_protos() -> None:
-    assert pb.DESCRIPTOR.package == "governed_memory.v1" == re.search(r"^package ([\w.]+);", PROTO, re.M)[1]
+    package = re.search(r"^package ([\w.]+);", PROTO, re.M)
+    assert package is not None
+    assert pb.DESCRIPTOR.package == "governed_memory.v1" == package[1]
     assert _generated() == _declared()
     [service] = pb.DESCRIPTOR.services_by_name.values()
     methods = {
@@ -175,7 +177,9 @@ def test_an_embedding_read_off_the_wire_is_the_message_s_own_single_precision_va
     assert messages.embedding(pb.Vector()) == []
     unpacked = pb.Vector()
     unpacked.ParseFromString(b"".join(b"\x0d" + numpy.float32(v).tobytes() for v in (1.5, -2.0)))  # one tag a float
-    assert messages.embedding(unpacked).tolist() == [1.5, -2.0]  # a sender's unpacked floats: re-encoded packed
+    read = messages.embedding(unpacked)
+    assert isinstance(read, numpy.ndarray)
+    assert read.tolist() == [1.5, -2.0]  # a sender's unpacked floats: re-encoded packed
 
 
 def test_a_timestamp_on_the_wire_is_the_one_protobuf_would_write() -> None:
