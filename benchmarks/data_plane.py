@@ -33,10 +33,11 @@ the service, the in-process median plus 1.5 ms.
 
 **Where the added time goes** (``--breakdown-runs``, then): the same operations call by call, against a second
 ``serve`` process whose handlers are timed from inside (this script run with ``--timed-serve``: wrappers around
-``DataPlane._serve``, the workload identity, the scope token's verification and the store's calls), beside the
-in-process store doing what the runtime does (the admission, the work); and, in this
-process, the costs that make them up: the scope token's Ed25519 verification, the workload identity (a cached token
-and a fresh one), protobuf for 1 and 8 embeddings and their hits, the identity token's file read.
+``DataPlane._do`` and ``_answer``, the workload identity, the scope token's verification and the store's calls),
+beside the in-process store doing what the runtime does (the admission, the work); and, in this process, the costs
+that make them up: the scope token's Ed25519 verification, the workload identity (a cached token
+and a fresh one), protobuf for 1 and 8 embeddings and their hits, the identity token's file read; and the floor of a
+call, unary and as a message on an open stream, to a bare echo server.
 
 Prints tables and writes ``benchmarks/results/data_plane.json`` (or ``--json``). Unset ``--url``: an embedded
 PostgreSQL and a throw-away key store. The helpers of ``tests/`` (the fake API server, projected tokens, test
@@ -104,7 +105,9 @@ def timed_serve(out: Path) -> int:
 
         setattr(owner, name, timed)
 
-    timing(server.DataPlane, "_serve", lambda self, method, *_, **__: f"handler {method}")
+    timing(server.DataPlane, "_do", lambda self, method, *_, **__: f"handler {method}")
+    # the servicer's own time: from the parsed message to its answer, before it is encoded (Admit, Search, ...)
+    timing(server.DataPlane, "_answer", lambda self, call: f"servicer {_method(call.WhichOneof('request') or '')}")
     timing(identity.WorkloadIdentity, "agent", lambda *_: "workload identity")
     timing(Store, "admit", lambda *_, **__: "store admit")
     timing(Store, "search_many", lambda self, key, generation, embeddings, **_: f"store search_many x{len(embeddings)}")
@@ -120,41 +123,21 @@ def timed_serve(out: Path) -> int:
 
     server.DataPlane._verified = timed_verified  # type: ignore[method-assign]
 
-    import grpc
-
-    class Servicer(grpc.aio.ServerInterceptor):
-        """The servicer's own time, as gRPC runs it: from the parsed request to the reply, before it is encoded."""
-
-        async def intercept_service(self, continuation: Any, details: Any) -> Any:
-            handler = await continuation(details)
-            if handler is None or handler.unary_unary is None:
-                return handler
-            method, behaviour = details.method.rsplit("/", 1)[-1], handler.unary_unary
-
-            async def timed_behaviour(request: Any, context: Any) -> Any:
-                started = time.perf_counter()
-                try:
-                    return await behaviour(request, context)
-                finally:
-                    samples[f"servicer {method}"].append(time.perf_counter() - started)
-
-            return grpc.unary_unary_rpc_method_handler(
-                timed_behaviour,
-                request_deserializer=handler.request_deserializer,
-                response_serializer=handler.response_serializer,
-            )
-
-    aio_server = grpc.aio.server
-    grpc.aio.server = lambda *args, **kwargs: aio_server(*args, interceptors=[Servicer()], **kwargs)  # type: ignore
     try:
         return main(["serve"])
     finally:
         out.write_text(json.dumps(samples))
 
 
+def _method(field: str) -> str:
+    """The rpc a ``Call``'s request field names: ``record_turn`` -> ``RecordTurn``."""
+    return "".join(part.capitalize() for part in field.split("_"))
+
+
 def echo_serve(port_file: Path, certificate: Path, private_key: Path) -> int:
-    """The floor of a call: a ``grpc.aio`` server over TLS with one unary method answering 512 bytes, whatever it is
-    sent, no servicer code; its port goes to ``port_file``. Runs until SIGTERM."""
+    """The floor of a call: a ``grpc.aio`` server over TLS with a unary method answering 512 bytes, whatever it is
+    sent, and a bidirectional stream answering each message so, no servicer code; its port goes to ``port_file``.
+    Runs until SIGTERM."""
     import signal
 
     import grpc
@@ -165,8 +148,16 @@ def echo_serve(port_file: Path, certificate: Path, private_key: Path) -> int:
         async def echo(request: bytes, context: Any) -> bytes:
             return b"x" * 512
 
+        async def stream(requests: Any, context: Any) -> Any:
+            async for _ in requests:
+                yield b"x" * 512
+
         handler = grpc.method_handlers_generic_handler(
-            "bench.Echo", {"Echo": grpc.unary_unary_rpc_method_handler(echo)}
+            "bench.Echo",
+            {
+                "Echo": grpc.unary_unary_rpc_method_handler(echo),
+                "Stream": grpc.stream_stream_rpc_method_handler(stream),
+            },
         )
         options = [("grpc.max_receive_message_length", 1 << 20), ("grpc.max_send_message_length", 1 << 20)]
         echo_server = grpc.aio.server(options=options)
@@ -202,8 +193,9 @@ def start_echo(certificate: Path, private_key: Path) -> tuple[subprocess.Popen[b
 async def grpc_floor(
     ca: Path, certificate: Path, private_key: Path, metadata: list[tuple[str, str]], runs: int
 ) -> dict[str, float]:
-    """Median ms of a unary call to ``echo_serve`` in another process, over TLS with the data plane's metadata: a
-    request of one embedding's size (3 KB) and of eight (24 KB)."""
+    """Median ms of a unary call to ``echo_serve`` in another process, over TLS with the data plane's metadata, and of
+    a message on an open stream carrying the same credentials in itself: a request of one embedding's size (3 KB) and
+    of eight (24 KB)."""
     import grpc
 
     process, port = start_echo(certificate, private_key)
@@ -221,6 +213,18 @@ async def grpc_floor(
                     if n >= 20:
                         seconds.append(time.perf_counter() - started)
                 result[f"gRPC floor, TLS, request {label}, reply 512 B"] = median_ms(seconds)
+            streamed = channel.stream_stream("/bench.Echo/Stream")()
+            credentials_bytes = sum(len(value) for _, value in metadata)  # a Call carries them in the message
+            for label, size in (("3 KB", 3086), ("24 KB", 24632)):
+                payload, seconds = b"\x01" * (size + credentials_bytes), []
+                for n in range(runs + 20):
+                    started = time.perf_counter()
+                    await streamed.write(payload)
+                    await streamed.read()
+                    if n >= 20:
+                        seconds.append(time.perf_counter() - started)
+                result[f"gRPC floor, TLS, a message on an open stream {label}, reply 512 B"] = median_ms(seconds)
+            streamed.cancel()
         return result
     finally:
         process.terminate()

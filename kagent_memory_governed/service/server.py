@@ -131,6 +131,10 @@ class DataPlane:
                 reply = await self._answer(call)
                 async with writing:
                     await context.write(reply)
+            except asyncio.CancelledError:
+                raise
+            except Exception as error:  # the caller went away: nothing to answer to; the type only
+                logger.info("data plane exchange: an answer was not delivered: %s", type(error).__name__)
             finally:
                 room.release()
 
