@@ -113,13 +113,11 @@ class Result(StrEnum):
 class GovernedMemoryError(Exception):
     """A refusal or failure of governed memory. ``str(error)`` is the reason code and nothing else."""
 
-    # ``cause`` takes a str only until service/remote.py and service/server.py name their causes (converted with the
-    # streamed data plane); a str that is no Cause's value is a ValueError
-    def __init__(self, reason: Reason, *, cause: Cause | str | None = None, detail: str | None = None) -> None:
+    def __init__(self, reason: Reason, *, cause: Cause | None = None, detail: str | None = None) -> None:
         super().__init__(reason.value)
         self.reason = reason
         # for operators: a content-free category (``connection_refused``), never database text
-        self.cause: Cause | None = None if cause is None else Cause(cause)
+        self.cause = cause
         # for operators, where no category can say it: content-free text (the revisions of a newer schema, a
         # target migrate refuses), shown in the cause's place; never recorded in the ledger
         self.detail = detail

@@ -17,11 +17,11 @@ from typing import Any
 
 import grpc
 
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Reason, grpc_cause
 from kagent_memory_governed.service import data_plane_pb2 as pb
 
 
-def unavailable(cause: str) -> GovernedMemoryError:
+def unavailable(cause: Cause) -> GovernedMemoryError:
     return GovernedMemoryError(Reason.SERVICE_UNAVAILABLE, cause=cause)
 
 
@@ -34,7 +34,7 @@ class Exchange:
         self._pending: dict[int, asyncio.Future[pb.Answer]] = {}
         self._last_id = 0
         self._writing = asyncio.Lock()
-        self._failure: str | None = None  # the cause every later call fails with
+        self._failure: Cause | None = None  # the cause every later call fails with
         self._reader = asyncio.get_running_loop().create_task(self._read())
 
     @property
@@ -58,7 +58,7 @@ class Exchange:
                     raise
                 except Exception:  # the stream ended under the write: its status says why
                     await asyncio.shield(self._reader)
-                    raise unavailable(self._failure or "transport") from None
+                    raise unavailable(self._failure or Cause.TRANSPORT) from None
             return await answer
         finally:
             self._pending.pop(call.id, None)
@@ -75,21 +75,21 @@ class Exchange:
             while True:
                 answer = await self._stream.read()
                 if answer is grpc.aio.EOF:  # the service ended the stream
-                    failure = "transport"
+                    failure = Cause.TRANSPORT
                     break
                 if not isinstance(answer, pb.Answer):  # grpc.aio logs a message that does not parse, reads None
-                    failure = "bad_answer"
+                    failure = Cause.BAD_ANSWER
                     break
                 waiting = self._pending.pop(answer.id, None)
                 if waiting is not None and not waiting.done():
                     waiting.set_result(answer)
         except grpc.aio.AioRpcError as error:
             code = error.code()
-            failure = code.name.lower() if isinstance(code, grpc.StatusCode) else "bad_answer"
+            failure = grpc_cause(code.name) if isinstance(code, grpc.StatusCode) else Cause.BAD_ANSWER
         except asyncio.CancelledError:  # closed here
-            failure = "cancelled"
+            failure = Cause.CANCELLED
         except Exception:  # the channel's own failure: no text of it passes
-            failure = "transport"
+            failure = Cause.TRANSPORT
         self._failure = failure
         self._stream.cancel()  # a stream that answered what it should not carries nothing more
         for waiting in self._pending.values():

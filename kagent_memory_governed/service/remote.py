@@ -28,7 +28,7 @@ from urllib.parse import urlsplit
 
 import grpc
 
-from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Cause, ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.service import data_plane_pb2 as pb
@@ -143,7 +143,7 @@ class RemoteStore:
         try:
             self._policy = Policy(**{name: getattr(reply, name) for name in Policy.model_fields})
         except ValueError:  # pydantic's ValidationError: an answer no policy can have
-            raise unavailable("bad_answer") from None
+            raise unavailable(Cause.BAD_ANSWER) from None
         return self.policy
 
     async def check_ready(self) -> None:
@@ -190,7 +190,7 @@ class RemoteStore:
         reply = await self._call("write", request, (key, generation))
         ids = [_uuid(entry) for entry in reply.entry_ids]
         if len(ids) != len(facts):
-            raise unavailable("bad_answer")
+            raise unavailable(Cause.BAD_ANSWER)
         return ids
 
     async def search(
@@ -218,7 +218,7 @@ class RemoteStore:
         request = pb.SearchRequest(embeddings=vectors, operation=operation, explicit=explicit)
         reply = await self._call("search", request, (key, generation))
         if len(reply.results) != len(embeddings):
-            raise unavailable("bad_answer")
+            raise unavailable(Cause.BAD_ANSWER)
         return [[_hit(hit) for hit in result.hits if hit.score >= min_score][:top_k] for result in reply.results]
 
     async def record_turn(
@@ -239,7 +239,7 @@ class RemoteStore:
         asked = set(recent)
         turns = [Turn(turn.invocation_id, turn.recalled) for turn in reply.turns]
         if any(turn.invocation_id not in asked for turn in turns):
-            raise unavailable("bad_answer")
+            raise unavailable(Cause.BAD_ANSWER)
         return turns
 
     # -- one call ---------------------------------------------------------------------------------
@@ -254,20 +254,20 @@ class RemoteStore:
             async with asyncio.timeout(self._deadline):
                 answer = await self._exchange().ask(call)
         except TimeoutError:
-            raise unavailable("deadline_exceeded") from None
+            raise unavailable(Cause.DEADLINE_EXCEEDED) from None
         except (GovernedMemoryError, asyncio.CancelledError):
             raise
         except Exception:  # opening a stream failed: its text is not ours to pass on
-            raise unavailable("transport") from None
+            raise unavailable(Cause.TRANSPORT) from None
         replied = answer.WhichOneof("reply")
         if replied == "refused":
             try:
                 reason = Reason(answer.refused.reason)
             except ValueError:
-                raise unavailable("bad_answer") from None
+                raise unavailable(Cause.BAD_ANSWER) from None
             raise GovernedMemoryError(reason)
         if replied != kind:
-            raise unavailable("bad_answer")
+            raise unavailable(Cause.BAD_ANSWER)
         return getattr(answer, kind)
 
     def _bearer(self) -> str:
@@ -277,7 +277,7 @@ class RemoteStore:
         except (OSError, UnicodeDecodeError):
             token = ""
         if not token or not token.isprintable():
-            raise unavailable("identity_token_unreadable")
+            raise unavailable(Cause.IDENTITY_TOKEN_UNREADABLE)
         return token
 
 
@@ -299,14 +299,14 @@ def _uuid(value: str) -> uuid.UUID:
     try:
         return uuid.UUID(value)
     except ValueError:
-        raise unavailable("bad_answer") from None
+        raise unavailable(Cause.BAD_ANSWER) from None
 
 
 def _hit(hit: pb.Hit) -> Hit:
     if not hit.HasField("created_at") or not hit.HasField("expires_at"):
-        raise unavailable("bad_answer")
+        raise unavailable(Cause.BAD_ANSWER)
     try:
         created, expires = hit.created_at.ToDatetime(tzinfo=UTC), hit.expires_at.ToDatetime(tzinfo=UTC)
     except (ValueError, OverflowError):
-        raise unavailable("bad_answer") from None
+        raise unavailable(Cause.BAD_ANSWER) from None
     return Hit(_uuid(hit.entry_id), hit.text, float(hit.score), created, expires)

@@ -26,7 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kagent_memory_governed import clock, redaction
 from kagent_memory_governed.assertion import LEEWAY_SECONDS, Trust, verify
-from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.scope import AgentId, ScopeKey
 from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
@@ -187,7 +187,7 @@ class DataPlane:
             refused = error
             logger.info("data plane %s refused: %s", method, error.explained())
         except TimeoutError:
-            refused = GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="timeout")
+            refused = GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=Cause.TIMEOUT)
             logger.warning("data plane %s refused: %s", method, refused.explained())
         except Exception as error:  # content-free: the type only
             refused = GovernedMemoryError(Reason.INTERNAL_ERROR)

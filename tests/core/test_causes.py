@@ -9,7 +9,6 @@ import re
 from pathlib import Path
 
 import grpc
-import pytest
 
 from kagent_memory_governed import contract
 from kagent_memory_governed.errors import GRPC_CAUSES, Cause, GovernedMemoryError, Reason, grpc_cause, http_cause
@@ -18,9 +17,6 @@ from kagent_memory_governed.store.erasure import failure_cause
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGE = ROOT / "kagent_memory_governed"
-# converted with the streamed data plane: their causes are still str literals (each a Cause's value, converted by
-# GovernedMemoryError); the members they name are in Cause already
-NOT_YET = {PACKAGE / "service" / "remote.py", PACKAGE / "service" / "server.py"}
 SOURCES = {path: ast.parse(path.read_text(), str(path)) for path in sorted(PACKAGE.rglob("*.py"))}
 
 # what the mapping functions give, for the prefixes the package passes them
@@ -39,26 +35,12 @@ def test_no_cause_in_the_package_is_a_bare_string() -> None:
     bare = [
         f"{path.relative_to(ROOT)}:{keyword.value.lineno}"
         for path, tree in SOURCES.items()
-        if path not in NOT_YET
         for node in ast.walk(tree)
         if isinstance(node, ast.Call)
         for keyword in node.keywords
         if keyword.arg == "cause" and _is_text(keyword.value)
     ]
     assert bare == []
-
-
-def test_the_two_files_not_yet_converted_name_only_causes_cause_has() -> None:
-    """Until then, each string literal they pass as a cause is already a member's value."""
-    for path in NOT_YET:
-        for node in ast.walk(SOURCES[path]):
-            if isinstance(node, ast.Call):
-                named = getattr(node.func, "id", getattr(node.func, "attr", ""))
-                given = [k.value for k in node.keywords if k.arg == "cause"]
-                given += node.args[:1] if named in ("unavailable", "_unavailable") else []
-                for value in given:
-                    if isinstance(value, ast.Constant) and isinstance(value.value, str):
-                        assert value.value in set(Cause), (path.name, value.lineno)
 
 
 def _produced() -> set[Cause]:
@@ -74,13 +56,7 @@ def _produced() -> set[Cause]:
     mapped |= {Cause(f"missing_{capability}_{kind}") for kind, needs in openbao._NEEDS.items() for capability in needs}
     mapped |= {Cause(f"{what}_{failure}") for what in FETCHES for failure in FETCH_FAILURES}
     mapped |= {failure_cause(GovernedMemoryError(reason)) for reason in Reason}
-    literal = {  # NOT_YET's, until they name members
-        Cause(node.value)
-        for path in NOT_YET
-        for node in ast.walk(SOURCES[path])
-        if isinstance(node, ast.Constant) and isinstance(node.value, str) and node.value in set(Cause)
-    }
-    return named | mapped | literal
+    return named | mapped
 
 
 def test_every_cause_is_one_the_package_gives() -> None:
@@ -132,10 +108,7 @@ def test_an_erasure_names_a_failure_without_a_cause_by_its_reason_code() -> None
     assert failure_cause(RuntimeError("anything")) is Cause.INTERNAL_ERROR
 
 
-def test_an_error_converts_its_cause_and_shows_a_detail_in_its_place() -> None:
-    assert GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="timeout").cause is Cause.TIMEOUT
-    with pytest.raises(ValueError):
-        GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause="no such cause")
+def test_an_error_shows_a_detail_in_its_cause_s_place() -> None:
     newer = GovernedMemoryError(Reason.SCHEMA_NEWER, detail="database at 9, this package migrates to 8")
     assert (newer.cause, newer.explained()) == (None, "schema_newer (database at 9, this package migrates to 8)")
     timeout = GovernedMemoryError(Reason.STORE_UNAVAILABLE, cause=Cause.TIMEOUT)

@@ -25,7 +25,7 @@ from replication import Standby, base_backup, caught_up, hold_back, kill, promot
 from support import facts, keys_of, make_key, migrate, private_directory, refusal
 
 from kagent_memory_governed.embedded import start
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Reason
 from kagent_memory_governed.keys import Fence, entry_keys, fence_of
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import ScopeKey
@@ -278,7 +278,7 @@ class _Unanswering:
         return getattr(self.inner, name)
 
     async def fetch(self, scope: object) -> object:
-        raise GovernedMemoryError(Reason.KEY_UNAVAILABLE, cause="unreachable")
+        raise GovernedMemoryError(Reason.KEY_UNAVAILABLE, cause=Cause.UNREACHABLE)
 
 
 async def test_admission_and_sweep_fail_closed_when_the_key_store_cannot_say_what_it_erased(
