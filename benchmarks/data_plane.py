@@ -364,6 +364,32 @@ def stop_serve(serving: Serving) -> None:
 # -- one run of one operation ------------------------------------------------------------------------------------
 
 
+def unary_store(remote_store: Any) -> Any:
+    """``RemoteStore`` making each call a unary call, as its client did before ``Exchange``, to the same ``serve``:
+    the ``service unary`` arm, for comparison (refusals are not read: the benchmark meets none)."""
+    import grpc
+
+    from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
+    from kagent_memory_governed.service import remote, wire
+
+    class UnaryStore(remote_store):  # type: ignore[misc,valid-type]
+        async def _call(self, kind: str, request: Any, scope: Any) -> Any:
+            loop = asyncio.get_running_loop()
+            if self._channel is None or self._loop is not loop:
+                self._channel, self._loop = self._open(), loop
+                self._stub = pb_grpc.DataPlaneStub(self._channel)
+            metadata = [(wire.AUTHORIZATION, f"Bearer {self._bearer()}")]
+            if scope is not None:
+                metadata.append((wire.SCOPE, remote._presented(*scope)))
+            rpc = getattr(self._stub, _method(kind))
+            try:
+                return await rpc(request, metadata=metadata, timeout=self._deadline)
+            except grpc.aio.AioRpcError as error:
+                raise RuntimeError(f"unary {kind}: {error.code()}") from None
+
+    return UnaryStore
+
+
 @dataclass
 class Arm:
     name: str
@@ -791,6 +817,9 @@ async def run(
                     near = RemoteStore.connect(f"https://127.0.0.1:{port}", token_file=pod_token, ca_file=ca)
                     clients.append(near)
                     arms.append(Arm("same loop", near, GovernedMemoryService(near, data.embed)))
+                unary = unary_store(RemoteStore).connect(serve.url, token_file=pod_token, ca_file=ca)
+                clients.append(unary)
+                arms.append(Arm("service unary", unary, GovernedMemoryService(unary, data.embed)))
                 for name, other in others.items():
                     patched = RemoteStore.connect(other.url, token_file=pod_token, ca_file=ca)
                     clients.append(patched)
