@@ -6,7 +6,9 @@ agent as its audience (issuer, signature, lifetime, origin, homeserver, room, ge
 token's scope and generation only, and the store fences the generation in the statement that does the work. No
 request field names a principal, a room or an agent.
 
-A refusal is a status whose details are exactly the reason code (``wire.STATUS``). Nothing of a request or a
+Each call is served unary (its credentials in its metadata) and as a message on ``Exchange`` (in the message's
+own fields), verified alike. A refusal is exactly the reason code: a unary call's status details (with
+``wire.STATUS``'s code), an ``Answer``'s ``Refusal`` on the stream. Nothing of a request or a
 reply reaches a status, a log line or an exception text: each call runs as memory work (``redaction``), and this
 module logs method names and reason codes only. Every handler is bounded in time (``handler_seconds``).
 """
