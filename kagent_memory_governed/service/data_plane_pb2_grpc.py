@@ -75,9 +75,10 @@ class DataPlaneServicer(object):
     """Missing associated documentation comment in .proto file."""
 
     def Admit(self, request, context):
-        """Whether memory work would be admitted now, before any model or embedding call: the fence, the sender's rate
-        (explicit), the units. A summarization is admitted and recorded here; a search or a write is only checked,
-        and admitted and recorded by its Search or Write: so no search and no write escapes the limits.
+        """Admit memory work now, before any model or embedding call: the fence, the sender's rate (explicit), the units;
+        admitted, it is recorded as used. The Search or Write that follows on the same replica (the same scope,
+        generation, operation and units, within 330 s) takes that admission once; one that finds none is admitted and
+        recorded itself, so no search and no write escapes the limits.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

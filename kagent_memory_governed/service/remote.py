@@ -166,8 +166,8 @@ class RemoteStore:
     async def admit(
         self, key: ScopeKey, generation: int, operation: str, *, units: int = 0, explicit: bool = False
     ) -> None:
-        """``Store.admit`` at the service. Refuses as it does, and ``service_unavailable``. A search or a write is
-        only checked here: the service spends it when it is done (``search_many``, ``write``)."""
+        """``Store.admit`` at the service, which records it as used. Refuses as it does, and ``service_unavailable``.
+        The ``search_many`` or ``write`` that follows in this context takes that admission at the service."""
         units = admit_int(units, low=0, high=2**32 - 1)
         request = pb.AdmitRequest(operation=str(operation), units=units, explicit=explicit)
         await self._call("admit", request, (key, generation))
