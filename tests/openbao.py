@@ -8,6 +8,7 @@ import os
 import secrets
 import subprocess
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -28,6 +29,22 @@ def api(address: str, token: str, method: str, path: str, body: object | None = 
     with urllib.request.urlopen(request, timeout=5) as response:
         raw = response.read()
     return json.loads(raw) if raw else {}
+
+
+def mount_kv2(address: str, token: str, name: str) -> None:
+    """Mount a KV version 2 engine at ``name`` and return once it serves. OpenBao (through 2.6.2) answers every
+    request to a kv-v2 mount 400 ("Upgrading from non-versioned to versioned data") until the set-up it starts when
+    mounted has finished, which it does asynchronously (NVIDIA/nvcf#1110; seen once in CI under load)."""
+    api(address, token, "POST", f"/v1/sys/mounts/{name}", {"type": "kv", "options": {"version": "2"}})
+    deadline = time.monotonic() + 30
+    while True:  # the server's own set-up, as for its start-up below
+        try:
+            api(address, token, "GET", f"/v1/{name}/config")
+            return
+        except urllib.error.HTTPError as error:
+            if error.code != 400 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 @dataclass(frozen=True)
@@ -63,7 +80,7 @@ def served(mount: str = "kmg") -> Iterator[Served]:
                 if time.monotonic() > deadline or server.poll() is not None:
                     raise
                 time.sleep(0.05)
-        api(address, token, "POST", f"/v1/sys/mounts/{mount}", {"type": "kv", "options": {"version": "2"}})
+        mount_kv2(address, token, mount)
         yield Served(address=address, token=token, mount=mount)
     finally:
         server.terminate()

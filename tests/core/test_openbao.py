@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from openbao import Served, api, served
+from openbao import Served, api, mount_kv2, served
 from support import facts
 
 from kagent_memory_governed.consent import Erasure
@@ -54,7 +54,7 @@ async def _refused(call: Awaitable[object]) -> str | None:
 def _mount(bao: Served, **config: object) -> str:
     """A KV version 2 mount of its own (so a test may move, configure or bind it), with ``config`` set."""
     name = f"kmg-{secrets.token_hex(4)}"
-    api(bao.address, bao.token, "POST", f"/v1/sys/mounts/{name}", {"type": "kv", "options": {"version": "2"}})
+    mount_kv2(bao.address, bao.token, name)
     if config:
         api(bao.address, bao.token, "POST", f"/v1/{name}/config", config)
     return name
