@@ -170,3 +170,18 @@ async def test_a_call_past_its_deadline_leaves_the_stream_to_the_calls_after_it(
         assert await held.refresh_policy() == store.policy
         assert held._stream is stream  # the same stream
         await held.close()
+
+
+async def test_a_message_that_does_not_parse_ends_its_own_stream_only(store: Store, bridge: Bridge) -> None:
+    async with serving(plane(store, bridge)) as port, grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+        raw = channel.stream_stream("/governed_memory.v1.DataPlane/Exchange")()  # bytes in, bytes out
+        other = pb_grpc.DataPlaneStub(channel).Exchange()
+        await raw.write(b"\xff\xff\xff\xff")
+        with pytest.raises(grpc.aio.AioRpcError) as ended:
+            while True:
+                if await asyncio.wait_for(raw.read(), 5) is grpc.aio.EOF:
+                    break
+        assert ended.value.code() != grpc.StatusCode.OK and "zebra" not in str(ended.value.details())
+        await other.write(pb.Call(id=1, authorization="Bearer token-of-helper", policy=pb.PolicyRequest()))
+        [answer] = await answers(other, 1)  # another stream on the same connection goes on
+        assert answer.WhichOneof("reply") == "policy"
