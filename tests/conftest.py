@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 import asyncpg
+import freezegun
 import pytest
 from service import REMOTE
 from support import KEY_STORE, bound_to, make_key, private_directory
@@ -45,6 +46,10 @@ from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import Bridge, CountingEmbedder
 from kagent_memory_governed.testing.plugin import empty_tables
+
+# pytest's own clock (``--durations``, the report's times) stays real under a frozen clock: freezegun replaces the
+# time functions of every loaded module but those it ignores, and tests freeze time as they are collected
+freezegun.configure(extend_ignore_list=["_pytest.timing"])
 
 KEYS = Path(urlsplit(os.environ[KEY_STORE]).path)
 

@@ -43,17 +43,16 @@ def test_docs_testing_installs_the_testing_extra_the_same_way() -> None:
 def test_dev_example_runs_the_documented_lines_in_fresh_virtualenvs() -> None:
     """The uv line for every release, the pip line for the newest (./dev's example step, run by ./dev test)."""
     dev = (ROOT / "dev").read_text()
-    step = re.sub(r"\s*\\\n\s*", " ", dev[dev.index("example() {") : dev.index("suite() {")])
+    step = re.sub(r"\s*\\\n\s*", " ", dev[dev.index("pip_install() {") : dev.index("suite() {")])
     lock = '-c "locks/kagent-adk-$1.txt"'
     pip, uv = install_lines("docs/testing.md")
-    pip = pip.replace(f"-c locks/kagent-adk-{NEWEST}.txt", lock).replace(
-        ".venv/bin/python", '"$scratch/pip/bin/python"'
-    )
+    pip = pip.replace(f"-c locks/kagent-adk-{NEWEST}.txt", lock).replace(".venv/bin/python", '"$2/pip/bin/python"')
     uv = uv.replace(f"-c locks/kagent-adk-{NEWEST}.txt", lock).replace(".venv/bin/python", '"$scratch/venv/bin/python"')
     assert pip.replace("pip install ", "pip install --quiet --disable-pip-version-check ") in step
     assert uv.replace("uv pip install ", "uv pip install --quiet ") in step
-    assert '-m venv "$scratch/pip"' in step and 'uv venv --quiet --python "${PYTHON:-python3}" "$scratch/venv"' in step
+    assert '-m venv "$2/pip"' in step and 'uv venv --quiet --python "${PYTHON:-python3}" "$scratch/venv"' in step
     assert 'if [ "$1" = "${supported[-1]}" ]' in step  # pip for the newest release
+    assert '[ -x "$scratch/pip/bin/pytest" ] || pip_install "$1" "$scratch"' in step  # unless ./dev test made it
     assert 'example "$version"' in dev[dev.index("matrix() {") :]  # CI's ./dev test runs it for every release
 
 
