@@ -4,7 +4,7 @@
 
     releases    the supported releases (read from the package's source) and 1.0.0a17, the base a run is for,
                 and the interpreter that runs it
-    shell       git, pip, ruff and pytest as subprocesses; scratch directories; what is printed
+    shell       git, pip, ruff and pytest as subprocesses, one beside the rest; scratch directories; what is printed
     pristine    a release's own files (its wheel's RECORD) as the root commit of a scratch git tree
     mails       a series' mails: the listing, Depends-on lines, the placeholder sign-off, index lines and hunks
     series      cut, check (each patch alone; git am -3 on a moved base) and export a series

@@ -16,7 +16,7 @@ from upstream_diff.port import port_report
 from upstream_diff.pristine import pristine
 from upstream_diff.releases import ENVIRONMENT, PACKAGE, PRIMARY, ROOT, SOURCE, SUPPORTED, TESTS, python
 from upstream_diff.series import apply_series, check_alone, check_moved
-from upstream_diff.shell import run, say, scratch
+from upstream_diff.shell import Beside, run, say, scratch
 
 NOT_RUNNABLE = (
     "kagent-adk 1.0.0a17 requires kagent-proto>=0.1.0, which the package registry does not serve "
@@ -82,9 +82,17 @@ def check_base(version: str, *, entry_point_mode: bool, pytest: list[str]) -> No
     patched = {"PYTHONPATH": str(tree / SOURCE), **ENVIRONMENT}
     (tree / PACKAGE / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
     run(python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tree / TESTS), cwd=tree / PACKAGE, env=patched)
-    primary = check_primary()
-    port_report(tree, primary, fail_on_loss=True)
-    if not entry_point_mode:
-        return
-    say("\n== this package's suite in entry-point mode (no runtime patching)")
-    run(python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest, cwd=ROOT, env=patched)
+    # this package's suite needs only the patched base: it runs beside the primary series' check and the report,
+    # which keep to one core, and its output follows them
+    command = (python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest)
+    suite = Beside(*command, cwd=ROOT, env=patched) if entry_point_mode else None
+    try:
+        primary = check_primary()
+        port_report(tree, primary, fail_on_loss=True)
+    except BaseException:
+        if suite is not None:
+            suite.stop()
+        raise
+    if suite is not None:
+        say("\n== this package's suite in entry-point mode (no runtime patching), run beside the primary series")
+        suite.finish()
