@@ -28,6 +28,8 @@ from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.settings import ENV_PREFIX, Settings, problems
 
+RUNTIME = "kagent_memory_governed.adk.runtime"  # the module that installs governed memory (``_activation``)
+
 
 class Check(NamedTuple):
     """One check: its name, whether it passed, and when it did not a content-free reason code and the
@@ -120,6 +122,11 @@ async def _database(settings: Settings, policy: Policy, key_store: KeyStore | No
 
 
 def _activation() -> Check:
+    """Whether governed memory runs in this process. Installing it loads ``adk.runtime`` (at interpreter start, with
+    the switch on): where that module was never loaded nothing is installed, and the answer needs no import of
+    kagent-adk, which costs seconds."""
+    if RUNTIME not in sys.modules:
+        return Check("governed_memory_active", False, "not_activated")
     from kagent_memory_governed.adk.runtime import active
 
     runtime = active()

@@ -81,3 +81,24 @@ else:
 def test_a_public_name_is_the_one_its_module_defines_once_asked_for() -> None:
     """The names that need kagent-adk are tests/runtime/test_public_api.py's; this core test needs none of them."""
     subprocess.run([sys.executable, "-c", _PUBLIC], check=True, timeout=120)
+
+
+_DOCTOR = """
+import sys
+from kagent_memory_governed import doctor
+print(doctor._activation())
+print(" ".join(sorted(sys.modules)))
+"""
+
+
+def test_doctor_answers_not_activated_without_loading_kagent() -> None:
+    """A process where governed memory was never installed (the switch off) learns so from ``sys.modules``: importing
+    kagent-adk to ask would cost every ``doctor`` run seconds. With it on, tests/runtime/test_doctor.py's pod checks
+    find it active."""
+    environment = {"PATH": "/usr/bin:/bin"}  # no KAGENT_GOVERNED_MEMORY: nothing installs at interpreter start
+    answer = subprocess.run(
+        [sys.executable, "-c", _DOCTOR], capture_output=True, text=True, check=True, timeout=120, env=environment
+    )
+    check, loaded = answer.stdout.splitlines()
+    assert check == "Check(name='governed_memory_active', ok=False, reason='not_activated', at=None, note=None)"
+    assert sorted(name for name in loaded.split() if re.match(r"(kagent|google\.adk)(\.|$)", name)) == []
