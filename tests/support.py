@@ -26,7 +26,7 @@ from kagent_memory_governed.keys import LocalKeyStore
 from kagent_memory_governed.policy import Policy
 from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
 from kagent_memory_governed.store import NewFact, Store
-from kagent_memory_governed.testing import CARD, CONFIG, HOMESERVER, ISSUER, Bridge, embed
+from kagent_memory_governed.testing import HOMESERVER, ISSUER, Bridge, embed
 
 ROOT = Path(__file__).resolve().parent.parent  # the repository
 _serial = itertools.count()
@@ -155,6 +155,8 @@ def serve(
     """``kagent-memory-governed static`` (upstream's server, governed) on a free loopback port, serving the
     agent of ``config`` (default ``CONFIG``); its stdout and stderr go to a pipe, or to the file ``log``
     (a pipe that nobody reads would stall a server that logs much)."""
+    from kagent_memory_governed.testing import CARD, CONFIG  # with kagent-adk: only where an agent is served
+
     directory = tmp_path / "config"
     directory.mkdir(exist_ok=True)
     (directory / "config.json").write_text(json.dumps(config or CONFIG))

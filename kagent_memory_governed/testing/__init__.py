@@ -8,10 +8,42 @@ does.
 
 from __future__ import annotations
 
-from kagent_memory_governed.testing.agent import CARD, CONFIG, A2AClient, build_app, new_context, reply_text
-from kagent_memory_governed.testing.bridge import AGENT, HOMESERVER, ISSUER, Bridge, b64, compact
-from kagent_memory_governed.testing.embedder import CountingEmbedder, embed, local_embedder
-from kagent_memory_governed.testing.model import ScriptedModel, system_instruction
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from kagent_memory_governed.testing.agent import CARD, CONFIG, A2AClient, build_app, new_context, reply_text
+    from kagent_memory_governed.testing.bridge import AGENT, HOMESERVER, ISSUER, Bridge, b64, compact
+    from kagent_memory_governed.testing.embedder import CountingEmbedder, embed, local_embedder
+    from kagent_memory_governed.testing.model import ScriptedModel, system_instruction
+
+# Imported on first use: the package's pytest plugin (``testing.plugin``, loaded by every pytest session where this
+# package is installed) imports this package first, and a session that never asks for an agent must not pay for
+# kagent-adk's import (seconds, in the session's first process and in each worker). ``agent`` and ``model`` need it.
+_LAZY = {
+    name: module
+    for module, names in {
+        "agent": "CARD CONFIG A2AClient build_app new_context reply_text",
+        "bridge": "AGENT HOMESERVER ISSUER Bridge b64 compact",
+        "embedder": "CountingEmbedder embed local_embedder",
+        "model": "ScriptedModel system_instruction",
+    }.items()
+    for name in names.split()
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
+        globals()[name] = value  # found once: later lookups do not come back here
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))
+
 
 __all__ = [
     "AGENT",

@@ -102,3 +102,10 @@ def test_doctor_answers_not_activated_without_loading_kagent() -> None:
     check, loaded = answer.stdout.splitlines()
     assert check == "Check(name='governed_memory_active', ok=False, reason='not_activated', at=None, note=None)"
     assert sorted(name for name in loaded.split() if re.match(r"(kagent|google\.adk)(\.|$)", name)) == []
+
+
+def test_the_pytest_plugin_loads_no_kagent() -> None:
+    """The package's pytest plugin loads in every pytest session where the package is installed, a user's own too:
+    a session that asks for no agent pays nothing for kagent-adk (``testing`` imports its names on first use)."""
+    _, loaded = _import("kagent_memory_governed.testing.plugin")
+    assert sorted(name for name in loaded if re.match(r"(kagent|google\.adk|a2a)(\.|$)", name)) == []
