@@ -1,5 +1,6 @@
-"""The check verb: a supported base's backport series, then the primary series, the port report, and this
-package's suite in entry-point mode against the patched base; for 1.0.0a17, the primary series and the report.
+"""The check verb: a supported base's backport series, then the primary series and the port report, with this
+package's suite in entry-point mode running beside them against the patched base (a tree of its own); for
+1.0.0a17, the primary series and the report.
 
 kagent-adk 1.0 cannot be installed here, so the primary series is applied, linted and compiled but its tests are
 not run; the check says so each time.
@@ -74,19 +75,17 @@ def check_base(version: str, *, entry_point_mode: bool, pytest: list[str]) -> No
     if version not in SUPPORTED:
         raise SystemExit(f"upstream-diff: kagent-adk {version} is neither supported ({SUPPORTED}) nor {PRIMARY}")
     say(f"==== the backport series: patches/v{version}/ against kagent-adk {version}")
-    tree = patched_tree(version, stat=True)
-    changed = changed_python(tree)
-    say(f"\n== ruff (upstream configuration) on {len(changed)} changed files")
-    lint(tree, changed, version)
-    say("\n== the patches' tests on the patched tree")
-    patched = {"PYTHONPATH": str(tree / SOURCE), **ENVIRONMENT}
-    (tree / PACKAGE / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
-    run(python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tree / TESTS), cwd=tree / PACKAGE, env=patched)
-    # this package's suite needs only the patched base: it runs beside the primary series' check and the report,
-    # which keep to one core, and its output follows them
-    command = (python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest)
-    suite = Beside(*command, cwd=ROOT, env=patched) if entry_point_mode else None
+    suite = suite_beside(version, pytest) if entry_point_mode else None
     try:
+        tree = patched_tree(version, stat=True)
+        changed = changed_python(tree)
+        say(f"\n== ruff (upstream configuration) on {len(changed)} changed files")
+        lint(tree, changed, version)
+        say("\n== the patches' tests on the patched tree")
+        patched = {"PYTHONPATH": str(tree / SOURCE), **ENVIRONMENT}
+        (tree / PACKAGE / "pytest.ini").write_text("[pytest]\nasyncio_mode = auto\n")
+        tests = (python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tree / TESTS))
+        run(*tests, cwd=tree / PACKAGE, env=patched)
         primary = check_primary()
         port_report(tree, primary, fail_on_loss=True)
     except BaseException:
@@ -94,5 +93,20 @@ def check_base(version: str, *, entry_point_mode: bool, pytest: list[str]) -> No
             suite.stop()
         raise
     if suite is not None:
-        say("\n== this package's suite in entry-point mode (no runtime patching), run beside the primary series")
+        say("\n== this package's suite in entry-point mode (no runtime patching), run beside the checks above")
         suite.finish()
+
+
+def suite_beside(version: str, pytest: list[str]) -> Beside | None:
+    """This package's suite in entry-point mode (``pytest``), started now against a tree of its own with
+    ``version``'s series applied, beside the checks, which keep to one core; None when the series does not apply
+    as a whole (the checks then say which patch and why)."""
+    tree = scratch(f"upstream-diff-{version}-suite-")
+    pristine(tree, version)
+    try:
+        apply_series(tree, version, stat=False)
+    except SystemExit:
+        say("the series does not apply as a whole: the checks below say where")
+        return None
+    patched = {"PYTHONPATH": str(tree / SOURCE), **ENVIRONMENT}
+    return Beside(python(), "-m", "pytest", "-q", "-p", "no:cacheprovider", *pytest, cwd=ROOT, env=patched)
