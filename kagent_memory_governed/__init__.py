@@ -8,8 +8,9 @@ exception tree is drawn once, in ``kagent_memory_governed.errors``). See the REA
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from kagent_memory_governed import lazy
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Operation, PolicyError, Reason
 
 if TYPE_CHECKING:
@@ -41,9 +42,9 @@ if TYPE_CHECKING:
 # Imported on first use, not with the package: a client (``service.remote``, ``bridge``) imports this package first,
 # and must not load the store, the key stores or kagent-adk with it. Only the errors, which every module imports, are
 # eager.
-_LAZY = {
-    name: module
-    for module, names in {
+__getattr__ = lazy.names(
+    __name__,
+    {
         "scope": "AgentId ControlRoom Origin Principal ScopeKey",
         "consent": "Erasure",
         "policy": "Policy",
@@ -56,19 +57,9 @@ _LAZY = {
         "adk.runtime": "Mode Runtime install",  # these three modules need kagent-adk
         "adk.service": "GovernedMemoryService",
         "adk.request": "RequestScope",
-    }.items()
-    for name in names.split()
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value  # found once: later lookups do not come back here
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    },
+    globals(),
+)
 
 
 def __dir__() -> list[str]:

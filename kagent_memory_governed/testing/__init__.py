@@ -8,7 +8,9 @@ does.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from kagent_memory_governed import lazy
 
 if TYPE_CHECKING:
     from kagent_memory_governed.testing.agent import CARD, CONFIG, A2AClient, build_app, new_context, reply_text
@@ -19,26 +21,16 @@ if TYPE_CHECKING:
 # Imported on first use: the package's pytest plugin (``testing.plugin``, loaded by every pytest session where this
 # package is installed) imports this package first, and a session that never asks for an agent must not pay for
 # kagent-adk's import (seconds, in the session's first process and in each worker). ``agent`` and ``model`` need it.
-_LAZY = {
-    name: module
-    for module, names in {
+__getattr__ = lazy.names(
+    __name__,
+    {
         "agent": "CARD CONFIG A2AClient build_app new_context reply_text",
         "bridge": "AGENT HOMESERVER ISSUER Bridge b64 compact",
         "embedder": "CountingEmbedder embed local_embedder",
         "model": "ScriptedModel system_instruction",
-    }.items()
-    for name in names.split()
-}
-
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        import importlib
-
-        value = getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
-        globals()[name] = value  # found once: later lookups do not come back here
-        return value
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    },
+    globals(),
+)
 
 
 def __dir__() -> list[str]:

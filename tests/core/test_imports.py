@@ -50,12 +50,14 @@ def test_a_client_loads_no_numpy(client: str) -> None:
 
 
 def test_the_package_itself_loads_only_its_errors() -> None:
-    """Every other public name is imported when first asked for (``kagent_memory_governed.__getattr__``)."""
+    """Every other public name is imported when first asked for (``kagent_memory_governed.__getattr__``, made by
+    ``lazy``, which imports the standard library only)."""
     _, loaded = _import("kagent_memory_governed")
     assert sorted(name for name in loaded if name.startswith("kagent_memory_governed")) == [
         "kagent_memory_governed",
         "kagent_memory_governed.errors",
         "kagent_memory_governed.errors.causes",
+        "kagent_memory_governed.lazy",
     ]
 
 

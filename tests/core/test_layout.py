@@ -70,6 +70,7 @@ PARTS = {
         "redaction",
         "metering",
         "health",
+        "lazy",
     ),
     "contract": ("contract", "service.wire", "service.values", "service.data_plane_pb2", "service.data_plane_pb2_grpc"),
     "keys": ("keys",),
