@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -165,3 +166,31 @@ def test_export_refuses_changes_that_are_not_the_checked_series(series: Path, tm
         export_series(series, tmp_path / "outgoing", checked)
     with pytest.raises(SystemExit, match="outside patches/"):
         export_series(series, ROOT / "patches" / "v0.0.0", checked)
+
+
+# what ``check`` runs beside its checks (the entry-point suite): held until finished, failing as a command does
+
+
+def test_a_command_beside_prints_its_output_when_finished_and_fails_with_its_status(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    from upstream_diff.shell import Beside
+
+    passing = Beside(sys.executable, "-c", "print('its output'); import sys; print('its errors', file=sys.stderr)")
+    assert capfd.readouterr().out == ""  # nothing yet: held until finished
+    passing.finish()
+    assert capfd.readouterr().out.split("\n")[:2] == ["its output", "its errors"]
+    failing = Beside(sys.executable, "-c", "import sys; print('why'); sys.exit(3)")
+    with pytest.raises(SystemExit, match=r"\(exit 3\)"):
+        failing.finish()
+    assert "why" in capfd.readouterr().out
+
+
+def test_a_command_beside_is_stopped_when_the_checks_fail(tmp_path: Path) -> None:
+    from upstream_diff.shell import Beside
+
+    marker = tmp_path / "finished"
+    code = f"import time, pathlib; time.sleep(60); pathlib.Path({str(marker)!r}).touch()"
+    running = Beside(sys.executable, "-c", code)
+    running.stop()
+    assert running._process.returncode is not None and not marker.exists()
