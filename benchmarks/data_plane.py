@@ -452,16 +452,22 @@ def p95_ms(seconds: list[float]) -> float:
     return statistics.quantiles(seconds, n=20)[-1] * 1000 if len(seconds) > 1 else seconds[0] * 1000
 
 
+def held(entries: int) -> dict[str, int]:
+    """The entries each operation's scope holds: ``entries``, one fewer for a save (which adds one)."""
+    return {"search": entries, "save": entries - 1, "prefetch": entries}
+
+
 async def side_by_side(
-    arms: list[Arm], prep: Any, bridge: Any, data: Data, runs: int, warmup: int = WARMUP
+    arms: list[Arm], prep: Any, bridge: Any, data: Data, runs: int, warmup: int = WARMUP, entries: int = ENTRIES
 ) -> dict[str, Any]:
-    """Every operation on every arm, ``runs`` timed runs after ``warmup``, in rotating batches."""
-    entries = {"search": ENTRIES, "save": ENTRIES - 1, "prefetch": ENTRIES}
+    """Every operation on every arm, ``runs`` timed runs after ``warmup``, in rotating batches, on scopes holding
+    ``entries`` entries."""
+    holding = held(entries)
     scopes: dict[tuple[str, str], list[Prepared]] = {}
     started = time.perf_counter()
     for op in OPS:
         for arm in arms:
-            scopes[op, arm.name] = await prepare(prep, data, warmup + runs, entries[op])
+            scopes[op, arm.name] = await prepare(prep, data, warmup + runs, holding[op])
     prepared_s = time.perf_counter() - started
     samples: dict[str, dict[str, list[float]]] = {op: {arm.name: [] for arm in arms} for op in OPS}
     load_before = os.getloadavg()
@@ -495,7 +501,7 @@ async def side_by_side(
 
 
 async def call_by_call(
-    store: Any, client: Any, prep: Any, bridge: Any, data: Data, runs: int, warm: int
+    store: Any, client: Any, prep: Any, bridge: Any, data: Data, runs: int, warm: int, entries: int = ENTRIES
 ) -> dict[str, Any]:
     """Each operation's calls timed one by one, each on a fresh scope, the two sides taking turns: in-process as the
     runtime does them (the admission, the work) and through the timed service (the client's view of each call; the
@@ -509,7 +515,7 @@ async def call_by_call(
         "save": (Operation.SAVE, True, 1),
         "prefetch": (Operation.PREFETCH, False, 8),
     }
-    entries = {"search": ENTRIES, "save": ENTRIES - 1, "prefetch": ENTRIES}
+    holding = held(entries)
     sides = ("in-process", "service")
     samples: dict[str, list[float]] = defaultdict(list)
 
@@ -523,7 +529,7 @@ async def call_by_call(
         operation_, explicit, units = admitted[op]
         name = "write" if op == "save" else "search_many"
         vectors = [data.vectors[q] for q in (data.queries if op == "prefetch" else data.queries[:1])]
-        scopes = {side: await prepare(prep, data, warm + runs, entries[op]) for side in sides}
+        scopes = {side: await prepare(prep, data, warm + runs, holding[op]) for side in sides}
         for n in range(warm + runs):
             keep = n >= warm
             for side in sides:
@@ -721,11 +727,15 @@ async def run(
     breakdown_runs: int = 100,
     same_loop: bool = True,
     warmup: int = WARMUP,
+    entries: int = ENTRIES,
+    micro_runs: int = 2000,
     serve_trees: dict[str, Path] | None = None,
     work: Path | None = None,
 ) -> dict[str, Any]:
     """The whole benchmark; returns what ``main`` prints and writes. ``key_store``: the directory of the local key
     store bound to ``url``'s database (default: a fresh one, for a database never migrated or the embedded one).
+    ``entries``: what each operation's scope holds (at most ``ENTRIES``); ``micro_runs``: the runs of each cost
+    measured in this process (verification, encoding; at most 300 of the workload identity's).
     ``serve_trees``: more service arms, ``service NAME``, each a serve process importing the package from its tree
     (``PYTHONPATH``), such as this tree with a patch applied: side by side with the rest, in the same batches."""
     import grpc  # noqa: F401  (loaded before the clock starts)
@@ -757,6 +767,7 @@ async def run(
         "runs": runs,
         "warmup": warmup,
         "breakdown_runs": breakdown_runs,
+        "entries": entries,
         "tls": True,
         "cpus": os.cpu_count(),
         "load_average_at_start": os.getloadavg(),  # before this run's own work: the machine's other load
@@ -836,7 +847,7 @@ async def run(
                     clients.append(patched)
                     arms.append(Arm(f"service {name}", patched, GovernedMemoryService(patched, data.embed)))
                 result["serve_trees"] = {name: str(tree) for name, tree in (serve_trees or {}).items()}
-                result["side_by_side"] = await side_by_side(arms, prep, bridge, data, runs, warmup)
+                result["side_by_side"] = await side_by_side(arms, prep, bridge, data, runs, warmup, entries)
             finally:
                 stop_serve(serve)
                 for other in others.values():
@@ -849,7 +860,9 @@ async def run(
                     client = RemoteStore.connect(timed.url, token_file=pod_token, ca_file=ca)
                     clients.append(client)
                     load_before = os.getloadavg()
-                    calls = await call_by_call(connect(), client, prep, bridge, data, breakdown_runs, min(warmup, 10))
+                    calls = await call_by_call(
+                        connect(), client, prep, bridge, data, breakdown_runs, min(warmup, 10), entries
+                    )
                     load_after = os.getloadavg()
                 finally:
                     stop_serve(timed)
@@ -857,7 +870,9 @@ async def run(
                 breakdown = decomposition(calls, served, breakdown_runs, min(warmup, 10))
                 breakdown["calls"] = calls
                 breakdown["load_average"] = {"before": load_before, "after": load_after}
-                breakdown["costs_us"] = costs(bridge, pod_token) | await identity_costs(kube, kube_key, directory)
+                breakdown["costs_us"] = costs(bridge, pod_token, micro_runs) | await identity_costs(
+                    kube, kube_key, directory, min(micro_runs, 300)
+                )
                 metadata = [
                     ("authorization", f"Bearer {pod_token.read_text().strip()}"),
                     ("x-memory-scope", scope_token(bridge, Prepared(fresh_key(), 1))),
@@ -885,7 +900,8 @@ def table(result: dict[str, Any]) -> list[str]:
     arms = ["in-process", *[name for name in arms if name not in extra]]
     before, after = side["load_average"]["before"], side["load_average"]["after"]
     lines = [
-        f"median ms of {result['runs']} runs each (after {result['warmup']} of warm-up), TLS on loopback,"
+        f"median ms of {result['runs']} runs each (after {result['warmup']} of warm-up), scopes of"
+        f" {result['entries']} entries, TLS on loopback,"
         f" {result['cpus']} CPUs; load average {result['load_average_at_start'][0]:.2f} at the start of the run,"
         f" {before[0]:.2f} before the timed runs, {after[0]:.2f} after;"
         f" {side['prepared_s']:.0f} s to prepare the scopes",

@@ -53,6 +53,13 @@ freezegun.configure(extend_ignore_list=["_pytest.timing"])
 
 KEYS = Path(urlsplit(os.environ[KEY_STORE]).path)
 
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The long tests first, each suite's in its own order: under ``--dist worksteal`` (./dev) the worker left
+    alone at the end runs a short test, not a chaos run, while the other waits."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+
+
 # The suite stands on the package's own pytest plugin (kagent_memory_governed.testing.plugin).
 
 

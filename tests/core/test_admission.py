@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import TypedDict, Unpack
 
 import asyncpg
+import pytest
 from freezegun import freeze_time
 
 from kagent_memory_governed.errors import GovernedMemoryError
@@ -38,6 +39,7 @@ async def _outcome(store: Store, key: ScopeKey, generation: int, **kwargs: Unpac
     return "ok"
 
 
+@pytest.mark.long
 async def test_the_fourth_in_a_burst_and_the_seventh_in_a_minute_are_refused(store: Store, key: ScopeKey) -> None:
     with freeze_time(T0, real_asyncio=True) as frozen:
         generation = (await store.grant(key, purpose="assist", policy_version="v1")).generation

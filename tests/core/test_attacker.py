@@ -211,6 +211,7 @@ async def _write_as_runtime(
 # -- the database -----------------------------------------------------------------------------------------------
 
 
+@pytest.mark.long
 async def test_nothing_an_agent_pod_holds_opens_the_database(pod: Pod, database: PgBouncer, service: Service) -> None:
     held = pod.strings()
     assert not [name for name in pod.env if "DATABASE" in name or "KEY_STORE" in name]

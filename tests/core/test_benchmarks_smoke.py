@@ -92,6 +92,7 @@ async def test_storage_benchmark_runs_in_a_tiny_configuration(database_url: str,
     assert leftover == 0
 
 
+@pytest.mark.long
 async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_one(
     database_url: str, tmp_path: Path
 ) -> None:
@@ -117,14 +118,23 @@ async def test_the_side_by_side_block_compares_the_plain_text_store_with_this_on
     assert not any("search median <= 1.5x" in line for line in lines)
 
 
+@pytest.mark.long
 async def test_the_data_plane_benchmark_runs_every_operation_on_every_arm(database_url: str, tmp_path: Path) -> None:
     """Search, save and prefetch in-process, through a serve process and on one loop, then the call-by-call breakdown
     against a timed serve process. No assertion is about speed."""
     data_plane = benchmark("data_plane")
 
     result = await data_plane.run(
-        database_url, key_store=key_store_of(database_url), runs=3, breakdown_runs=3, warmup=2, work=tmp_path / "dp"
+        database_url,
+        key_store=key_store_of(database_url),
+        runs=3,
+        breakdown_runs=3,
+        warmup=2,
+        entries=10,
+        micro_runs=20,
+        work=tmp_path / "dp",
     )
+    assert result["entries"] == 10
 
     for op in ("search", "save", "prefetch"):
         row = result["side_by_side"]["operations"][op]
@@ -141,6 +151,7 @@ async def test_the_data_plane_benchmark_runs_every_operation_on_every_arm(databa
     json.dumps(result)
 
 
+@pytest.mark.long
 async def test_the_turns_benchmark_does_memory_work_in_both_arms(database_url: str, tmp_path: Path) -> None:
     """Two users, one round of five-turn sessions, in-process and through a serve process: every enabled turn is
     recorded, every session prefetches and auto-saves, nothing is refused. No assertion is about speed."""

@@ -4,9 +4,11 @@ the store, interrupted erasures are completed, and no log record of any logger c
 
 from __future__ import annotations
 
+import pytest
 from support import benchmark, private_directory
 
 
+@pytest.mark.long
 async def test_a_short_chaos_run_keeps_every_invariant() -> None:
     result = await benchmark("chaos").run(private_directory("chaos") / "pg", seconds=35, workers=10, scopes=8, seed=20)
     assert result["violations"] == 0, (result["violation_kinds"], result["escape_kinds"], result["sentinel_in_logs"])

@@ -107,6 +107,7 @@ async def test_a_key_store_serves_the_one_database_it_was_bound_to(fresh: list[s
         await store.close()
 
 
+@pytest.mark.long
 def test_sweep_with_a_key_store_of_another_database_refuses_in_one_line(fresh: list[str]) -> None:
     first, second = fresh
     keys = private_directory("bound-cli")

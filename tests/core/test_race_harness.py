@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import pytest
 from support import benchmark
 
 from kagent_memory_governed.store import Store
@@ -9,6 +10,7 @@ from kagent_memory_governed.store import Store
 race = benchmark("race")
 
 
+@pytest.mark.long
 async def test_a_small_race_run_keeps_every_invariant(database_url: str, store: Store) -> None:
     result = await race.run(database_url, trials=60, seed=11, keys=store.key_store)
     assert result["violations"] == 0, result["violation_kinds"]

@@ -218,6 +218,7 @@ def test_doctor_prints_asynchronous_as_a_passing_line_with_its_meaning(
     assert database == "database                 ok"
 
 
+@pytest.mark.long
 def test_start_up_prints_the_replication_in_one_line(
     primary: SimpleNamespace, standbys: list[Standby], bridge: Bridge, tmp_path: Path
 ) -> None:
@@ -290,6 +291,7 @@ async def test_an_erasure_on_a_synchronous_primary_is_acknowledged_only_once_the
         await store.close()
 
 
+@pytest.mark.long
 async def test_durable_raises_a_lowered_commit_so_it_waits_for_the_synchronous_standby_and_keeps_remote_apply(
     primary: SimpleNamespace, admin: asyncpg.Connection, standbys: list[Standby]
 ) -> None:

@@ -137,6 +137,7 @@ async def _keys(directory: Path, scope_ids: set[str]) -> set[str]:
         await store.close()
 
 
+@pytest.mark.long
 async def test_a_rolling_upgrade_loses_nothing_brings_back_no_erased_entry_and_completes_old_erasures(
     release: str, shared: str
 ) -> None:

@@ -12,11 +12,13 @@ from __future__ import annotations
 
 import random
 
+import pytest
 from support import benchmark, private_directory
 
 from kagent_memory_governed.errors import GovernedMemoryError, Reason
 
 
+@pytest.mark.long
 async def test_a_service_replica_killed_mid_write_and_mid_erasure_keeps_every_invariant() -> None:
     bench = benchmark("service_chaos")
     rng = random.Random(35)

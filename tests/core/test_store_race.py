@@ -75,6 +75,7 @@ async def _trial(store: Store, sql: asyncpg.Connection, trial: int, outcomes: Co
     assert (await store.status(key)).entries == 0
 
 
+@pytest.mark.long
 async def test_no_write_under_an_old_generation_survives_an_erasure(store: Store, sql: asyncpg.Connection) -> None:
     outcomes: Counter[str] = Counter()
     for trial in range(TRIALS):

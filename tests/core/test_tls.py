@@ -373,6 +373,7 @@ async def test_migrate_and_sweep_do_their_work_over_tls(
     assert (swept.returncode, swept.stdout, swept.stderr) == (0, described + "swept 0 expired entries\n", "")
 
 
+@pytest.mark.long
 async def test_doctor_passes_and_static_serves_over_verify_full(
     relay: TlsRelay, pki: Pki, tls_database: str, bridge: Bridge, tmp_path: Path
 ) -> None:
@@ -406,6 +407,7 @@ def _wait_ready(server: subprocess.Popen[str], base: str) -> tuple[int, dict[str
     return None
 
 
+@pytest.mark.long
 def test_a_wrong_ca_under_verify_full_stops_every_command_in_one_line(
     relay: TlsRelay, pki: Pki, database_url: str, bridge: Bridge, tmp_path: Path
 ) -> None:

@@ -116,6 +116,7 @@ ACTIVE = (
 )
 
 
+@pytest.mark.long
 def test_the_environment_switch_activates_at_interpreter_start(
     tmp_path: Path, bridge: Bridge, database_url: str
 ) -> None:
@@ -129,6 +130,7 @@ def test_the_environment_switch_activates_at_interpreter_start(
     assert result.stdout.split() == ACTIVE
 
 
+@pytest.mark.long
 def test_without_the_switch_nothing_changes(tmp_path: Path, bridge: Bridge, database_url: str) -> None:
     env = pod_environment(tmp_path, bridge, database_url, KAGENT_GOVERNED_MEMORY="off")
     result = subprocess.run([sys.executable, "-c", PROBE], env=env, capture_output=True, text=True)
@@ -169,6 +171,7 @@ def test_a_small_order_bridge_key_stops_start_up_naming_the_setting_only(
     )
 
 
+@pytest.mark.long
 def test_the_console_script_serves_the_real_app(
     tmp_path: Path, bridge: Bridge, database_url: str, store: Store
 ) -> None:
@@ -192,6 +195,7 @@ def test_the_console_script_serves_the_real_app(
         server.wait(timeout=30)
 
 
+@pytest.mark.long
 def test_the_server_refuses_to_start_on_an_unmigrated_database(
     tmp_path: Path, bridge: Bridge, database_url: str, store: Store
 ) -> None:
@@ -250,6 +254,7 @@ async def test_semantic_erasure_and_offboarding_leave_conversations_alone(
     assert not [path for path in controller.paths if path.startswith("DELETE")]
 
 
+@pytest.mark.long
 def test_an_agents_ttl_days_reaches_the_store_when_kagent_builds_the_app(
     tmp_path: Path, bridge: Bridge, database_url: str, store: Store
 ) -> None:

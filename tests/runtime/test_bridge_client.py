@@ -142,6 +142,7 @@ async def test_nothing_the_client_logs_holds_a_token_or_a_fact(
     assert not any(token in logged or token.split(".")[1] in logged for token in tokens)
 
 
+@pytest.mark.long
 def test_the_synchronous_client_speaks_to_a_served_agent(
     tmp_path: Path, bridge: Bridge, database_url: str, store: Store
 ) -> None:

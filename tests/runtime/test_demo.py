@@ -6,6 +6,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from support import run_command as run
 
 from kagent_memory_governed.store import Store
@@ -17,6 +18,7 @@ def _without_ids_and_times(output: str) -> str:
     return re.sub(r"\d{4}-\d\d-\d\dT[0-9:.]+Z", "<time>", output)
 
 
+@pytest.mark.long
 def test_the_demo_runs_the_whole_lifecycle_through_the_runtime_on_the_embedded_default(tmp_path: Path) -> None:
     result = run("demo", KAGENT_GOVERNED_MEMORY_DATA_DIR=str(tmp_path))
     assert result.returncode == 0, result.stderr

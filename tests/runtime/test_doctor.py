@@ -177,6 +177,7 @@ def _doctor_in_a_pod(
     return subprocess.run(command, env=env, capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.long
 def test_in_a_pod_with_the_switch_on_every_check_passes(
     tmp_path: Path, bridge: Bridge, database_url: str, store: Store
 ) -> None:

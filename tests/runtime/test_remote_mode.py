@@ -72,6 +72,7 @@ def test_with_the_service_url_a_credential_stops_start_up_naming_the_setting_onl
     )
 
 
+@pytest.mark.long
 def test_inside_a_pod_the_in_process_store_needs_its_opt_in(
     tmp_path: Path, bridge: Bridge, database_url: str, store: Store
 ) -> None:
@@ -87,6 +88,7 @@ def test_inside_a_pod_the_in_process_store_needs_its_opt_in(
     assert (opted.returncode, opted.stdout) == (0, "False\n"), opted.stderr
 
 
+@pytest.mark.long
 def test_remote_activation_holds_no_credential_and_doctor_names_the_mode(
     tmp_path: Path, bridge: Bridge, memory_service: Service, pod_token: Path
 ) -> None:
@@ -118,6 +120,7 @@ def test_remote_activation_holds_no_credential_and_doctor_names_the_mode(
     )
 
 
+@pytest.mark.long
 def test_a_remote_agent_serves_no_control_api_and_its_readiness_is_the_services(
     tmp_path: Path, bridge: Bridge, memory_service: Service, pod_token: Path
 ) -> None:
@@ -176,6 +179,7 @@ def _message(text: str) -> dict[str, Any]:
     return {"jsonrpc": "2.0", "id": uuid.uuid4().hex, "method": "message/send", "params": {"message": payload}}
 
 
+@pytest.mark.long
 def test_the_service_gone_mid_run_the_turn_answers_memory_free_and_readiness_says_why(
     tmp_path: Path,
     bridge: Bridge,

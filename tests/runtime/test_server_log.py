@@ -60,6 +60,7 @@ def remote_environment(env: dict[str, str], service: Service, token: Path) -> di
     }
 
 
+@pytest.mark.long
 def test_a_served_lifecycle_logs_one_access_line_a_request_no_logging_error_and_nothing_remembered(
     tmp_path: Path, bridge: Bridge, database_url: str, store: Store, request: pytest.FixtureRequest
 ) -> None:

@@ -109,6 +109,7 @@ async def _on_server(url: str, action: Callable[[asyncpg.Connection], Awaitable[
             await asyncio.sleep(0.05)  # polling the server until it answers
 
 
+@pytest.mark.long
 async def test_backends_killed_mid_statement_under_load_leave_only_reason_codes(
     own_server: tuple[PostgresServer, str],
 ) -> None:
