@@ -55,9 +55,11 @@ KEYS = Path(urlsplit(os.environ[KEY_STORE]).path)
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """The long tests first, each suite's in its own order: under ``--dist worksteal`` (./dev) the worker left
-    alone at the end runs a short test, not a chaos run, while the other waits."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    """The modules holding a long test first, each whole and in its own order (a module's fixtures are set up once
+    a worker): under ``--dist worksteal`` (./dev) the worker left alone at the end runs a short test, not a chaos
+    run, while the other waits."""
+    long = {item.path for item in items if item.get_closest_marker("long")}
+    items.sort(key=lambda item: item.path not in long)
 
 
 # The suite stands on the package's own pytest plugin (kagent_memory_governed.testing.plugin).
