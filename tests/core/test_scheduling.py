@@ -34,7 +34,7 @@ def test_the_modules_holding_a_long_test_go_first_whole_and_in_order() -> None:
     assert [item.name for item in items] == ["b1", "b2", "b3", "c1", "c2", "a1", "a2"]
 
 
-def test_this_suite_marks_its_long_tests_and_dev_steals_work() -> None:
+def test_dev_runs_every_suite_with_work_stealing() -> None:
     dev = (Path(__file__).resolve().parents[2] / "dev").read_text()
     assert 'XDIST=(-n "$WORKERS" --dist worksteal)' in dev
     assert dev.count('"${XDIST[@]}"') == 4  # tests/core, tests/runtime, REMOTE_SUITE, the entry-point suite
