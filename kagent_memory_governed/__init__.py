@@ -1,7 +1,8 @@
 """Governed long-term memory for kagent agents.
 
-``install()`` activates it in a kagent-adk process; ``Store`` is the governed store over PostgreSQL, and
-``RemoteStore`` the same calls through the governed memory service (``serve``); ``Settings`` reads the
+``install()`` activates it in a kagent-adk process; ``Store`` is the governed store over PostgreSQL; memory is a
+``DataPlane`` of one call an operation, ``LocalPlane`` over a ``Store`` or ``RemoteStore`` through the governed
+memory service (``serve``), which admits and embeds; ``Settings`` reads the
 configuration; every refusal is a ``GovernedMemoryError`` whose ``Reason`` code is its whole message (the
 exception tree is drawn once, in ``kagent_memory_governed.errors``). See the README for the guarantees.
 """
@@ -14,7 +15,6 @@ from kagent_memory_governed import lazy
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Operation, PolicyError, Reason
 
 if TYPE_CHECKING:
-    from kagent_memory_governed.adk.request import RequestScope
     from kagent_memory_governed.adk.runtime import Mode, Runtime, install
     from kagent_memory_governed.adk.service import GovernedMemoryService
     from kagent_memory_governed.assertion import Trust
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from kagent_memory_governed.keys import Binding, EntryKey, Fence, KeyStore
     from kagent_memory_governed.policy import Policy
     from kagent_memory_governed.scope import AgentId, ControlRoom, Origin, Principal, ScopeKey
+    from kagent_memory_governed.service.plane import DataPlane, RequestScope
     from kagent_memory_governed.service.remote import RemoteStore
     from kagent_memory_governed.service.values import Fact
     from kagent_memory_governed.settings import Settings
@@ -38,6 +39,7 @@ if TYPE_CHECKING:
         Store,
         Turn,
     )
+    from kagent_memory_governed.store.plane import LocalPlane
 
 # Imported on first use, not with the package: a client (``service.remote``, ``bridge``) imports this package first,
 # and must not load the store, the key stores or kagent-adk with it. Only the errors, which every module imports, are
@@ -51,12 +53,13 @@ __getattr__ = lazy.names(
         "assertion": "Trust",
         "settings": "Settings",
         "keys": "Binding EntryKey Fence KeyStore",
+        "service.plane": "DataPlane RequestScope",
         "service.remote": "RemoteStore",
         "service.values": "Fact",
         "store": "Entry Erased ErasureRecord Grant Hit NewFact Offboarded Page Status Store Turn",
-        "adk.runtime": "Mode Runtime install",  # these three modules need kagent-adk
+        "store.plane": "LocalPlane",
+        "adk.runtime": "Mode Runtime install",  # these two modules need kagent-adk
         "adk.service": "GovernedMemoryService",
-        "adk.request": "RequestScope",
     },
     globals(),
 )
@@ -71,6 +74,7 @@ __all__ = [
     "Binding",
     "ConfigurationError",
     "ControlRoom",
+    "DataPlane",
     "Entry",
     "EntryKey",
     "Erased",
@@ -83,6 +87,7 @@ __all__ = [
     "Grant",
     "Hit",
     "KeyStore",
+    "LocalPlane",
     "Mode",
     "NewFact",
     "Offboarded",

@@ -79,6 +79,7 @@ class Settings(BaseSettings):
     identity_ca: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/ca.crt")
     identity_token: Path | None = Path("/var/run/secrets/kubernetes.io/serviceaccount/token")
     identity_agents: str | None = None  # <ns>/<service account>=<ns>/<agent>,...; unset: each account is its agent
+    embeddings: Path | None = None  # JSON: each agent's embedding model (kagent_memory_governed/embedding.py)
     # an agent runtime in remote mode (kagent_memory_governed/service/remote.py): memory only through the service
     service_url: str | None = None  # https://host:port of the service's data plane; unset: the in-process store
     service_ca: Path | None = None  # the PEM CA the service's certificate is verified against (https://)

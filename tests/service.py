@@ -4,6 +4,7 @@ keys sign, as a cluster would (tests/core/test_serve.py, and the runtime suites 
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import threading
@@ -18,11 +19,12 @@ import httpx
 from cluster import AUDIENCE, ISSUER, Cluster, Key, claims, token
 from support import COMMAND, free_port, key_store_of
 
-from kagent_memory_governed.testing import Bridge
+from kagent_memory_governed.testing import Bridge, openai_compatible_url
 from kagent_memory_governed.testing.bridge import HOMESERVER
 from kagent_memory_governed.testing.bridge import ISSUER as BRIDGE
 
 HELPER, OTHER = "kagent/helper", "kagent/other"
+MODEL = "local-hash-768"  # the service's embedding model in the tests: testing.embedder's, served over HTTP
 PREFIX = "KAGENT_GOVERNED_MEMORY_"
 # the switch of the runtime suites' remote mode (tests/conftest.py): the runtime reaches memory through a service
 REMOTE = os.environ.get("KAGENT_GOVERNED_MEMORY_TEST_SERVICE", "").lower() == "on"
@@ -41,6 +43,9 @@ def environment(directory: Path, bridge: Bridge, database_url: str, kube: Cluste
     """The service's environment: the database, its key store, the bridge's key, loopback addresses, the cluster."""
     (directory / "bridge.pem").write_text(bridge.public_pem)
     (directory / "own-token").write_text("SENTINEL-the-services-own-token\n")
+    # every agent's embedding model: the deterministic embedder over the OpenAI wire, on loopback
+    table = {"*": {"url": openai_compatible_url(), "model": MODEL}}
+    (directory / "embeddings.json").write_text(json.dumps(table))
     env = {k: v for k, v in os.environ.items() if not k.startswith("KAGENT_GOVERNED_MEMORY") and k != "KAGENT_NAME"}
     settings = {
         "DATABASE_URL": database_url,
@@ -55,6 +60,7 @@ def environment(directory: Path, bridge: Bridge, database_url: str, kube: Cluste
         "IDENTITY_CA": str(kube.ca),
         "IDENTITY_TOKEN": str(directory / "own-token"),
         "IDENTITY_AGENTS": f"{HELPER}={HELPER},{OTHER}={OTHER}",
+        "EMBEDDINGS": str(directory / "embeddings.json"),
     }
     return env | {PREFIX + name: value for name, value in settings.items()} | extra
 

@@ -3,16 +3,14 @@
 The scope lives in a ``ContextVar`` set while kagent builds the A2A request context. The agent run,
 its tool tasks and the tasks it spawns inherit a copy; another request never sees it. Session state
 and ``RunConfig.custom_metadata`` are persisted to the controller, so neither is used. The token itself,
-as the bridge signed it, is carried the same way for the memory service, which verifies it again
-(``service.remote.carry``); it is never stored.
+as the bridge signed it, travels in the scope (``RequestScope.token``) to the memory service, which verifies it
+again; it is never stored.
 """
 
 from __future__ import annotations
 
 import logging
 from contextvars import ContextVar
-from dataclasses import dataclass
-from datetime import datetime
 from typing import Any
 
 from kagent.core.a2a import KAgentRequestContextBuilder
@@ -20,21 +18,11 @@ from kagent.core.a2a import KAgentRequestContextBuilder
 from kagent_memory_governed import clock, metering, redaction
 from kagent_memory_governed.assertion import Trust, verify
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Result
-from kagent_memory_governed.scope import ScopeKey
-from kagent_memory_governed.service import remote
+from kagent_memory_governed.service.plane import RequestScope
 
+__all__ = ["HEADER", "RequestScope", "bind", "context_builder", "current"]
 HEADER = "x-memory-scope"
 logger = logging.getLogger(__name__)
-
-
-@dataclass(frozen=True, slots=True)
-class RequestScope:
-    """The consented scope this request may use, the generation it was admitted under, and when its token
-    expires (``None``: not known)."""
-
-    key: ScopeKey
-    generation: int
-    expires_at: datetime | None = None
 
 
 _scope: ContextVar[RequestScope | None] = ContextVar("governed_memory_scope", default=None)
@@ -54,15 +42,15 @@ def bind(headers: dict[str, Any], trust: Trust) -> RequestScope | None:
         assertion = verify(token, trust, now=clock.now(), purpose="scope", user_id=headers.get("x-user-id"))
     except GovernedMemoryError as refused:
         _scope.set(None)
-        remote.carry(None)
         redaction.enter(False)  # a memory-free request: its records stay as they are
         metering.count(Operation.ASSERTION, Result.REFUSED, refused.reason)
         logger.info("memory-free request: %s", refused.reason.value)
         return None
     assert assertion.key is not None and assertion.generation is not None  # a scope header names both
-    scope = RequestScope(assertion.key, assertion.generation, assertion.expires_at)
+    scope = RequestScope(
+        assertion.key, assertion.generation, assertion.expires_at, token if isinstance(token, str) else None
+    )
     _scope.set(scope)
-    remote.carry(token if isinstance(token, str) else None)
     redaction.enter(True)
     metering.count(Operation.ASSERTION, Result.ADMITTED)
     return scope

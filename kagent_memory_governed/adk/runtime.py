@@ -25,8 +25,9 @@ from google.adk.plugins import BasePlugin
 from kagent_memory_governed import metering, redaction
 from kagent_memory_governed.adk import integration, tools
 from kagent_memory_governed.adk.request import context_builder
-from kagent_memory_governed.adk.service import Embedder, GovernedMemoryService
+from kagent_memory_governed.adk.service import GovernedMemoryService
 from kagent_memory_governed.assertion import Trust
+from kagent_memory_governed.embedding import Embedder
 from kagent_memory_governed.mode import connect, load
 from kagent_memory_governed.service.remote import RemoteStore
 from kagent_memory_governed.settings import Settings
@@ -79,8 +80,8 @@ def install(
 ) -> Runtime:
     """Activate governed memory in this process; idempotent. Raises ``ConfigurationError`` when the
     configuration is incomplete or invalid. ``store`` and ``embedder`` are for embedding and tests; by
-    default the store comes from the settings (``mode.connect``) and the embedder from each Agent's
-    ``memory.embedding``."""
+    default the store comes from the settings (``mode.connect``) and, in process, the embedder from each Agent's
+    ``memory.embedding`` (through the memory service, the service embeds: ``embedder`` is not used)."""
     global _active
     if _active is not None:
         return _active
@@ -91,7 +92,7 @@ def install(
     redaction.install()
     metering.export_from_environment()
     mode = Mode.ENTRY_POINT if integration.upstream_has_extensions() else Mode.RUNTIME_PATCHING
-    runtime = Runtime(settings, trust, store, GovernedMemoryService(store, embedder), mode)
+    runtime = Runtime(settings, trust, store, GovernedMemoryService(store.plane(embedder)), mode)
     if mode is Mode.ENTRY_POINT:
         os.environ["KAGENT_ADK_EXTENSION"] = EXTENSION_NAME  # kagent-adk loads ``extension`` itself
     else:

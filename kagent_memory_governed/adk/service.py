@@ -3,16 +3,16 @@
 Every call acts on the scope verified for the running request (``request.current()``) and never on
 the ``app_name``/``user_id`` the caller passes, which are only checked for consistency. Consent is
 checked before any model or embedding work; the store fences again when it reads or writes. It never
-talks to kagent's ``/api/memories``. The store is the in-process ``Store`` or the memory service's
-``RemoteStore`` (``mode.connect``); the same calls, the same answers.
+talks to kagent's ``/api/memories``. Memory is a ``DataPlane`` (``service.plane``), one call an operation: the
+in-process ``LocalPlane`` over the ``Store``, or the memory service's ``RemoteStore``, where the service admits and
+embeds; the same calls, the same answers.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 from google.adk.events import Event
@@ -28,28 +28,15 @@ from kagent.adk.types import EmbeddingConfig, MemoryConfig
 from kagent_memory_governed import clock, metering, redaction
 from kagent_memory_governed.adk import conversation
 from kagent_memory_governed.adk.request import RequestScope, current
+from kagent_memory_governed.embedding import Embedder
 from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason, Result
 from kagent_memory_governed.policy import Policy, admit_fact
-from kagent_memory_governed.service.remote import RemoteStore
-from kagent_memory_governed.store import Store
+from kagent_memory_governed.service.plane import DataPlane
 
-Embedder = Callable[[list[str]], Awaitable[list[list[float]]]]
 logger = logging.getLogger(__name__)
-
-EXPLICIT = frozenset({Operation.LOAD, Operation.SAVE})  # asked for by the model: also rate limited per sender
-SEARCH_TOP_K = 5
-SEARCH_MIN_SCORE = 0.3
 # an auto-save through the service must finish while the request's scope token is accepted (its expiry plus the
 # leeway): one is started only with at least this much of the token's life left (docs/decisions/0001)
 AUTOSAVE_MIN_TOKEN_SECONDS = 60
-
-
-@dataclass(frozen=True, slots=True)
-class _Fact:
-    """A fact to write, as both stores take it (``store.NewFact``'s fields)."""
-
-    text: str
-    embedding: Sequence[float]
 
 
 def kagent_embedder(config: EmbeddingConfig) -> Embedder:
@@ -57,7 +44,7 @@ def kagent_embedder(config: EmbeddingConfig) -> Embedder:
     client = KAgentEmbedding(config)
 
     async def embed(texts: list[str]) -> list[list[float]]:
-        vectors = await client.generate(texts)  # a list in, a list of vectors out
+        vectors = await client.generate(texts)  # a list in, a list of vectors out ([] on any failure)
         return [list(vector) for vector in vectors if isinstance(vector, list)]
 
     return embed
@@ -66,21 +53,20 @@ def kagent_embedder(config: EmbeddingConfig) -> Embedder:
 class GovernedMemoryService(BaseMemoryService):
     """Memory for consented scopes only; every other request gets a reason code and no memory."""
 
-    def __init__(self, store: Store | RemoteStore, embedder: Embedder | None) -> None:
-        self.store = store
-        self._embedder = embedder
+    def __init__(self, plane: DataPlane) -> None:
+        self.plane = plane
         self._background: set[asyncio.Task[None]] = set()
 
     @property
     def policy(self) -> Policy:
-        """The effective policy: the store's, which an Agent's ``ttl_days`` may have lowered (its one owner)."""
-        return self.store.policy
+        """The effective policy: the plane's, which an Agent's ``ttl_days`` may have lowered (its one owner)."""
+        return self.plane.policy
 
     def configure_embedding(self, config: EmbeddingConfig | None) -> None:
-        """Embed with upstream's client for the Agent's ``memory.embedding``, unless an embedder was
-        given at activation (tests, BYO agents) or one is configured already."""
-        if self._embedder is None and config is not None:
-            self._embedder = kagent_embedder(config)
+        """In process, embed with upstream's client for the Agent's ``memory.embedding``, unless an embedder was
+        given at activation (tests, BYO agents) or one is configured already; through the service, nothing."""
+        if config is not None:
+            self.plane.embed_with(kagent_embedder(config))
 
     def configure(self, memory: MemoryConfig | None) -> None:
         """Take the Agent's ``memory`` config: its embedding, and its ``ttl_days``, which lowers the expiry
@@ -89,7 +75,7 @@ class GovernedMemoryService(BaseMemoryService):
             return
         self.configure_embedding(memory.embedding)
         if memory.ttl_days:
-            self.store.limit_expiry(memory.ttl_days * 24 * 3600)
+            self.plane.limit_expiry(memory.ttl_days * 24 * 3600)
 
     # -- google-adk / kagent entry points --------------------------------------------------------
 
@@ -137,9 +123,7 @@ class GovernedMemoryService(BaseMemoryService):
         if scope is None or scope.key.principal.mxid != session.user_id:
             return
         try:
-            waiting = await self.store.record_turn(
-                scope.key, scope.generation, session.id, invocation_id, recalled=recalled
-            )
+            waiting = await self.plane.record(scope, session.id, invocation_id, recalled=recalled)
         except GovernedMemoryError as refused:
             metering.count(Operation.TURN, Result.REFUSED, refused.reason)
             return
@@ -154,13 +138,14 @@ class GovernedMemoryService(BaseMemoryService):
     # -- governed operations -------------------------------------------------------------------------
 
     async def search(self, scope: RequestScope, queries: list[str], operation: Operation) -> list[MemoryEntry]:
-        """Entries of ``scope`` matching any of ``queries``, de-duplicated, best first. Each query is one
-        unit of the hourly ceiling; an explicit ``load`` is also rate limited per sender and agent."""
-        await self._admit(scope, operation, units=len(queries), explicit=operation in EXPLICIT)
-        vectors = await self._embed(queries)
-        hits = await self.store.search_many(  # every query in one statement: one fence, one snapshot
-            scope.key, scope.generation, vectors, top_k=SEARCH_TOP_K, min_score=SEARCH_MIN_SCORE
-        )
+        """Entries of ``scope`` matching any of ``queries``, de-duplicated, best first, in one call of the plane:
+        admitted before the queries are embedded (one unit each; an explicit ``load`` is also rate limited per
+        sender and agent)."""
+        try:
+            hits = await self.plane.recall(scope, queries, operation)
+        except GovernedMemoryError as refused:
+            metering.count(operation, Result.REFUSED, refused.reason)
+            raise
         found: dict[str, tuple[float, MemoryEntry]] = {}
         for hit in (hit for each in hits for hit in each):
             entry_id = str(hit.entry_id)
@@ -175,30 +160,29 @@ class GovernedMemoryService(BaseMemoryService):
         return [entry for _, entry in sorted(found.values(), key=lambda pair: -pair[0])]
 
     async def save(self, scope: RequestScope, texts: Sequence[object], operation: Operation) -> None:
-        """Store ``texts`` in ``scope`` (all or none), admitted before they are embedded: one unit per fact,
-        and an explicit ``save`` is also rate limited per sender and agent."""
+        """Store ``texts`` in ``scope`` (all or none) in one call of the plane, admitted before they are embedded:
+        one unit per fact, and an explicit ``save`` is also rate limited per sender and agent. A fact past its bound
+        is refused here, before any call."""
         try:
             facts = [admit_fact(text, self.policy) for text in texts]
             if not facts:
                 raise GovernedMemoryError(Reason.BAD_INPUT)
+            await self.plane.remember(scope, facts, operation)
         except GovernedMemoryError as refused:
             metering.count(operation, Result.REFUSED, refused.reason)
             raise
-        await self._admit(scope, operation, units=len(facts), explicit=operation in EXPLICIT)
-        vectors = await self._embed(facts)
-        await self.store.write(scope.key, scope.generation, [_Fact(t, v) for t, v in zip(facts, vectors, strict=True)])
         metering.count(operation, Result.OK)
 
     async def _autosave(self, scope: RequestScope, session_id: str, events: list[Event], model: BaseLlm) -> None:
         redaction.enter(True)  # this task's own context: background memory work
         try:
             candidates = list(dict.fromkeys(event.invocation_id for event in events if event.invocation_id))
-            turns = await self.store.collect_turns(scope.key, scope.generation, session_id, candidates)
+            turns = await self.plane.collect(scope, session_id, candidates)
             collected = {turn.invocation_id: turn.recalled for turn in turns}
             tail = conversation.conversation_tail(events, self.policy.autosave_max_input_bytes, collected)
             if not tail:
                 return
-            await self._admit(scope, Operation.SUMMARIZE, units=1)  # the summarization is one unit
+            await self._admit_summary(scope)  # the summarization is one unit, admitted before the model runs
             facts, dropped = conversation.facts_from_summary(await self._summarize(model, tail), self.policy)
             if dropped:
                 metering.count(Operation.AUTOSAVE, Result.REFUSED, Reason.FACT_TOO_LARGE, dropped)
@@ -212,11 +196,11 @@ class GovernedMemoryService(BaseMemoryService):
 
     # -- model and embedding calls, admitted first ---------------------------------------------------
 
-    async def _admit(self, scope: RequestScope, operation: Operation, *, units: int, explicit: bool = False) -> None:
+    async def _admit_summary(self, scope: RequestScope) -> None:
         try:
-            await self.store.admit(scope.key, scope.generation, operation, units=units, explicit=explicit)
+            await self.plane.admit_summary(scope)
         except GovernedMemoryError as refused:
-            metering.count(operation, Result.REFUSED, refused.reason)
+            metering.count(Operation.SUMMARIZE, Result.REFUSED, refused.reason)
             raise
 
     async def _summarize(self, model: BaseLlm, tail: str) -> str:
@@ -235,22 +219,9 @@ class GovernedMemoryService(BaseMemoryService):
         metering.count(Operation.SUMMARIZE, Result.OK)
         return "".join(parts)
 
-    async def _embed(self, texts: list[str]) -> list[list[float]]:
-        if self._embedder is None:
-            raise GovernedMemoryError(Reason.EMBEDDING_FAILED)
-        try:
-            vectors = await self._embedder(texts)
-        except Exception:
-            vectors = []
-        if len(vectors) != len(texts):
-            metering.count(Operation.EMBED, Result.FAILED, Reason.EMBEDDING_FAILED, len(texts))
-            raise GovernedMemoryError(Reason.EMBEDDING_FAILED)
-        metering.count(Operation.EMBED, Result.OK, amount=len(texts))
-        return vectors
-
     def _token_too_short(self, scope: RequestScope) -> bool:
         """Through the service, whether the request's token expires before an auto-save could finish."""
-        if scope.expires_at is None or not isinstance(self.store, RemoteStore):
+        if scope.expires_at is None or not self.plane.token_bound:
             return False
         return (scope.expires_at - clock.now()).total_seconds() < AUTOSAVE_MIN_TOKEN_SECONDS
 

@@ -301,6 +301,13 @@ class Cause(StrEnum):
     TRANSPORT = "transport"
     BAD_ANSWER = "bad_answer"
     IDENTITY_TOKEN_UNREADABLE = "identity_token_unreadable"
+    # embedding_failed: the memory service's embedding provider (embedding.py); also timeout, unreachable, the TLS
+    # causes, transport, bad_answer, permission_denied (401, 403), resource_exhausted (429) and status_<code>
+    NOT_CONFIGURED = "not_configured"  # no embedding model for the calling agent in the service's table
+    CREDENTIAL_UNREADABLE = "credential_unreadable"
+    ANSWER_TOO_LARGE = "answer_too_large"
+    WRONG_COUNT = "wrong_count"
+    WRONG_DIMENSIONS = "wrong_dimensions"  # fewer than 768
     # service_unavailable: a gRPC status the service answered without a reason code, by ``grpc_cause``: its name,
     # lower case (UNKNOWN and PERMISSION_DENIED above; OK, never a failure, is bad_answer)
     CANCELLED = "cancelled"

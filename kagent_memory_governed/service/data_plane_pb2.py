@@ -25,53 +25,57 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/kagent_memory_governed/service/data_plane.proto\x12\x12governed_memory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"B\n\x0c\x41\x64mitRequest\x12\x11\n\toperation\x18\x01 \x01(\t\x12\r\n\x05units\x18\x02 \x01(\r\x12\x10\n\x08\x65xplicit\x18\x03 \x01(\x08\"\x0c\n\nAdmitReply\"d\n\rSearchRequest\x12.\n\nembeddings\x18\x01 \x03(\x0b\x32\x1a.governed_memory.v1.Vector\x12\x11\n\toperation\x18\x02 \x01(\t\x12\x10\n\x08\x65xplicit\x18\x03 \x01(\x08\"\x94\x01\n\x03Hit\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"-\n\x04Hits\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.governed_memory.v1.Hit\"8\n\x0bSearchReply\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.governed_memory.v1.Hits\"C\n\x04\x46\x61\x63t\x12\x0c\n\x04text\x18\x01 \x01(\t\x12-\n\tembedding\x18\x02 \x01(\x0b\x32\x1a.governed_memory.v1.Vector\"\x84\x01\n\x0cWriteRequest\x12\'\n\x05\x66\x61\x63ts\x18\x01 \x03(\x0b\x32\x18.governed_memory.v1.Fact\x12\x17\n\nexpires_in\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\toperation\x18\x03 \x01(\t\x12\x10\n\x08\x65xplicit\x18\x04 \x01(\x08\x42\r\n\x0b_expires_in\"\x1f\n\nWriteReply\x12\x11\n\tentry_ids\x18\x01 \x03(\t\"P\n\x11RecordTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rinvocation_id\x18\x02 \x01(\t\x12\x10\n\x08recalled\x18\x03 \x01(\x08\"\"\n\x0fRecordTurnReply\x12\x0f\n\x07waiting\x18\x01 \x01(\r\"=\n\x13\x43ollectTurnsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\ncandidates\x18\x02 \x03(\t\"/\n\x04Turn\x12\x15\n\rinvocation_id\x18\x01 \x01(\t\x12\x10\n\x08recalled\x18\x02 \x01(\x08\"<\n\x11\x43ollectTurnsReply\x12\'\n\x05turns\x18\x01 \x03(\x0b\x32\x18.governed_memory.v1.Turn\"\x0f\n\rPolicyRequest\"\x8c\x03\n\x0bPolicyReply\x12\x1a\n\x12max_expiry_seconds\x18\x01 \x01(\x03\x12\x11\n\tentry_cap\x18\x02 \x01(\x03\x12\x16\n\x0emax_fact_bytes\x18\x03 \x01(\x03\x12\x1f\n\x17prefetch_max_subqueries\x18\x04 \x01(\x03\x12 \n\x18prefetch_max_query_bytes\x18\x05 \x01(\x03\x12\x1f\n\x17\x65xplicit_ops_per_minute\x18\x06 \x01(\x03\x12\x16\n\x0e\x65xplicit_burst\x18\x07 \x01(\x03\x12\x1a\n\x12scope_ops_per_hour\x18\x08 \x01(\x03\x12!\n\x19\x61utosave_every_user_turns\x18\t \x01(\x03\x12 \n\x18\x61utosave_max_input_bytes\x18\n \x01(\x03\x12\x1a\n\x12\x61utosave_max_facts\x18\x0b \x01(\x03\x12\x1d\n\x15ledger_retention_days\x18\x0c \x01(\x03\x12\x1e\n\x16\x63ontrol_reads_per_hour\x18\r \x01(\x03\"\x93\x03\n\x04\x43\x61ll\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x15\n\rauthorization\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x31\n\x05\x61\x64mit\x18\x04 \x01(\x0b\x32 .governed_memory.v1.AdmitRequestH\x00\x12\x33\n\x06search\x18\x05 \x01(\x0b\x32!.governed_memory.v1.SearchRequestH\x00\x12\x31\n\x05write\x18\x06 \x01(\x0b\x32 .governed_memory.v1.WriteRequestH\x00\x12<\n\x0brecord_turn\x18\x07 \x01(\x0b\x32%.governed_memory.v1.RecordTurnRequestH\x00\x12@\n\rcollect_turns\x18\x08 \x01(\x0b\x32\'.governed_memory.v1.CollectTurnsRequestH\x00\x12\x33\n\x06policy\x18\t \x01(\x0b\x32!.governed_memory.v1.PolicyRequestH\x00\x42\t\n\x07request\"\x19\n\x07Refusal\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\x91\x03\n\x06\x41nswer\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\x07refused\x18\x02 \x01(\x0b\x32\x1b.governed_memory.v1.RefusalH\x00\x12/\n\x05\x61\x64mit\x18\x03 \x01(\x0b\x32\x1e.governed_memory.v1.AdmitReplyH\x00\x12\x31\n\x06search\x18\x04 \x01(\x0b\x32\x1f.governed_memory.v1.SearchReplyH\x00\x12/\n\x05write\x18\x05 \x01(\x0b\x32\x1e.governed_memory.v1.WriteReplyH\x00\x12:\n\x0brecord_turn\x18\x06 \x01(\x0b\x32#.governed_memory.v1.RecordTurnReplyH\x00\x12>\n\rcollect_turns\x18\x07 \x01(\x0b\x32%.governed_memory.v1.CollectTurnsReplyH\x00\x12\x31\n\x06policy\x18\x08 \x01(\x0b\x32\x1f.governed_memory.v1.PolicyReplyH\x00\x42\x07\n\x05reply2\xbd\x04\n\tDataPlane\x12I\n\x05\x41\x64mit\x12 .governed_memory.v1.AdmitRequest\x1a\x1e.governed_memory.v1.AdmitReply\x12L\n\x06Search\x12!.governed_memory.v1.SearchRequest\x1a\x1f.governed_memory.v1.SearchReply\x12I\n\x05Write\x12 .governed_memory.v1.WriteRequest\x1a\x1e.governed_memory.v1.WriteReply\x12X\n\nRecordTurn\x12%.governed_memory.v1.RecordTurnRequest\x1a#.governed_memory.v1.RecordTurnReply\x12^\n\x0c\x43ollectTurns\x12\'.governed_memory.v1.CollectTurnsRequest\x1a%.governed_memory.v1.CollectTurnsReply\x12L\n\x06Policy\x12!.governed_memory.v1.PolicyRequest\x1a\x1f.governed_memory.v1.PolicyReply\x12\x44\n\x08\x45xchange\x12\x18.governed_memory.v1.Call\x1a\x1a.governed_memory.v1.Answer(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n/kagent_memory_governed/service/data_plane.proto\x12\x12governed_memory.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"3\n\rRecallRequest\x12\x0f\n\x07queries\x18\x01 \x03(\t\x12\x11\n\toperation\x18\x02 \x01(\t\"[\n\x0fRememberRequest\x12\r\n\x05\x66\x61\x63ts\x18\x01 \x03(\t\x12\x17\n\nexpires_in\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\toperation\x18\x03 \x01(\tB\r\n\x0b_expires_in\"\x18\n\x06Vector\x12\x0e\n\x06values\x18\x01 \x03(\x02\"B\n\x0c\x41\x64mitRequest\x12\x11\n\toperation\x18\x01 \x01(\t\x12\r\n\x05units\x18\x02 \x01(\r\x12\x10\n\x08\x65xplicit\x18\x03 \x01(\x08\"\x0c\n\nAdmitReply\"d\n\rSearchRequest\x12.\n\nembeddings\x18\x01 \x03(\x0b\x32\x1a.governed_memory.v1.Vector\x12\x11\n\toperation\x18\x02 \x01(\t\x12\x10\n\x08\x65xplicit\x18\x03 \x01(\x08\"\x94\x01\n\x03Hit\x12\x10\n\x08\x65ntry_id\x18\x01 \x01(\t\x12\x0c\n\x04text\x18\x02 \x01(\t\x12\r\n\x05score\x18\x03 \x01(\x01\x12.\n\ncreated_at\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nexpires_at\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"-\n\x04Hits\x12%\n\x04hits\x18\x01 \x03(\x0b\x32\x17.governed_memory.v1.Hit\"8\n\x0bSearchReply\x12)\n\x07results\x18\x01 \x03(\x0b\x32\x18.governed_memory.v1.Hits\"C\n\x04\x46\x61\x63t\x12\x0c\n\x04text\x18\x01 \x01(\t\x12-\n\tembedding\x18\x02 \x01(\x0b\x32\x1a.governed_memory.v1.Vector\"\x84\x01\n\x0cWriteRequest\x12\'\n\x05\x66\x61\x63ts\x18\x01 \x03(\x0b\x32\x18.governed_memory.v1.Fact\x12\x17\n\nexpires_in\x18\x02 \x01(\x03H\x00\x88\x01\x01\x12\x11\n\toperation\x18\x03 \x01(\t\x12\x10\n\x08\x65xplicit\x18\x04 \x01(\x08\x42\r\n\x0b_expires_in\"\x1f\n\nWriteReply\x12\x11\n\tentry_ids\x18\x01 \x03(\t\"P\n\x11RecordTurnRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x15\n\rinvocation_id\x18\x02 \x01(\t\x12\x10\n\x08recalled\x18\x03 \x01(\x08\"\"\n\x0fRecordTurnReply\x12\x0f\n\x07waiting\x18\x01 \x01(\r\"=\n\x13\x43ollectTurnsRequest\x12\x12\n\nsession_id\x18\x01 \x01(\t\x12\x12\n\ncandidates\x18\x02 \x03(\t\"/\n\x04Turn\x12\x15\n\rinvocation_id\x18\x01 \x01(\t\x12\x10\n\x08recalled\x18\x02 \x01(\x08\"<\n\x11\x43ollectTurnsReply\x12\'\n\x05turns\x18\x01 \x03(\x0b\x32\x18.governed_memory.v1.Turn\"\x0f\n\rPolicyRequest\"\x8c\x03\n\x0bPolicyReply\x12\x1a\n\x12max_expiry_seconds\x18\x01 \x01(\x03\x12\x11\n\tentry_cap\x18\x02 \x01(\x03\x12\x16\n\x0emax_fact_bytes\x18\x03 \x01(\x03\x12\x1f\n\x17prefetch_max_subqueries\x18\x04 \x01(\x03\x12 \n\x18prefetch_max_query_bytes\x18\x05 \x01(\x03\x12\x1f\n\x17\x65xplicit_ops_per_minute\x18\x06 \x01(\x03\x12\x16\n\x0e\x65xplicit_burst\x18\x07 \x01(\x03\x12\x1a\n\x12scope_ops_per_hour\x18\x08 \x01(\x03\x12!\n\x19\x61utosave_every_user_turns\x18\t \x01(\x03\x12 \n\x18\x61utosave_max_input_bytes\x18\n \x01(\x03\x12\x1a\n\x12\x61utosave_max_facts\x18\x0b \x01(\x03\x12\x1d\n\x15ledger_retention_days\x18\x0c \x01(\x03\x12\x1e\n\x16\x63ontrol_reads_per_hour\x18\r \x01(\x03\"\x81\x04\n\x04\x43\x61ll\x12\n\n\x02id\x18\x01 \x01(\x04\x12\x15\n\rauthorization\x18\x02 \x01(\t\x12\r\n\x05scope\x18\x03 \x01(\t\x12\x31\n\x05\x61\x64mit\x18\x04 \x01(\x0b\x32 .governed_memory.v1.AdmitRequestH\x00\x12\x33\n\x06search\x18\x05 \x01(\x0b\x32!.governed_memory.v1.SearchRequestH\x00\x12\x31\n\x05write\x18\x06 \x01(\x0b\x32 .governed_memory.v1.WriteRequestH\x00\x12<\n\x0brecord_turn\x18\x07 \x01(\x0b\x32%.governed_memory.v1.RecordTurnRequestH\x00\x12@\n\rcollect_turns\x18\x08 \x01(\x0b\x32\'.governed_memory.v1.CollectTurnsRequestH\x00\x12\x33\n\x06policy\x18\t \x01(\x0b\x32!.governed_memory.v1.PolicyRequestH\x00\x12\x33\n\x06recall\x18\n \x01(\x0b\x32!.governed_memory.v1.RecallRequestH\x00\x12\x37\n\x08remember\x18\x0b \x01(\x0b\x32#.governed_memory.v1.RememberRequestH\x00\x42\t\n\x07request\"\x19\n\x07Refusal\x12\x0e\n\x06reason\x18\x01 \x01(\t\"\xf8\x03\n\x06\x41nswer\x12\n\n\x02id\x18\x01 \x01(\x04\x12.\n\x07refused\x18\x02 \x01(\x0b\x32\x1b.governed_memory.v1.RefusalH\x00\x12/\n\x05\x61\x64mit\x18\x03 \x01(\x0b\x32\x1e.governed_memory.v1.AdmitReplyH\x00\x12\x31\n\x06search\x18\x04 \x01(\x0b\x32\x1f.governed_memory.v1.SearchReplyH\x00\x12/\n\x05write\x18\x05 \x01(\x0b\x32\x1e.governed_memory.v1.WriteReplyH\x00\x12:\n\x0brecord_turn\x18\x06 \x01(\x0b\x32#.governed_memory.v1.RecordTurnReplyH\x00\x12>\n\rcollect_turns\x18\x07 \x01(\x0b\x32%.governed_memory.v1.CollectTurnsReplyH\x00\x12\x31\n\x06policy\x18\x08 \x01(\x0b\x32\x1f.governed_memory.v1.PolicyReplyH\x00\x12\x31\n\x06recall\x18\t \x01(\x0b\x32\x1f.governed_memory.v1.SearchReplyH\x00\x12\x32\n\x08remember\x18\n \x01(\x0b\x32\x1e.governed_memory.v1.WriteReplyH\x00\x42\x07\n\x05reply2\xdc\x05\n\tDataPlane\x12L\n\x06Recall\x12!.governed_memory.v1.RecallRequest\x1a\x1f.governed_memory.v1.SearchReply\x12O\n\x08Remember\x12#.governed_memory.v1.RememberRequest\x1a\x1e.governed_memory.v1.WriteReply\x12I\n\x05\x41\x64mit\x12 .governed_memory.v1.AdmitRequest\x1a\x1e.governed_memory.v1.AdmitReply\x12L\n\x06Search\x12!.governed_memory.v1.SearchRequest\x1a\x1f.governed_memory.v1.SearchReply\x12I\n\x05Write\x12 .governed_memory.v1.WriteRequest\x1a\x1e.governed_memory.v1.WriteReply\x12X\n\nRecordTurn\x12%.governed_memory.v1.RecordTurnRequest\x1a#.governed_memory.v1.RecordTurnReply\x12^\n\x0c\x43ollectTurns\x12\'.governed_memory.v1.CollectTurnsRequest\x1a%.governed_memory.v1.CollectTurnsReply\x12L\n\x06Policy\x12!.governed_memory.v1.PolicyRequest\x1a\x1f.governed_memory.v1.PolicyReply\x12\x44\n\x08\x45xchange\x12\x18.governed_memory.v1.Call\x1a\x1a.governed_memory.v1.Answer(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'kagent_memory_governed.service.data_plane_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_VECTOR']._serialized_start=104
-  _globals['_VECTOR']._serialized_end=128
-  _globals['_ADMITREQUEST']._serialized_start=130
-  _globals['_ADMITREQUEST']._serialized_end=196
-  _globals['_ADMITREPLY']._serialized_start=198
-  _globals['_ADMITREPLY']._serialized_end=210
-  _globals['_SEARCHREQUEST']._serialized_start=212
-  _globals['_SEARCHREQUEST']._serialized_end=312
-  _globals['_HIT']._serialized_start=315
-  _globals['_HIT']._serialized_end=463
-  _globals['_HITS']._serialized_start=465
-  _globals['_HITS']._serialized_end=510
-  _globals['_SEARCHREPLY']._serialized_start=512
-  _globals['_SEARCHREPLY']._serialized_end=568
-  _globals['_FACT']._serialized_start=570
-  _globals['_FACT']._serialized_end=637
-  _globals['_WRITEREQUEST']._serialized_start=640
-  _globals['_WRITEREQUEST']._serialized_end=772
-  _globals['_WRITEREPLY']._serialized_start=774
-  _globals['_WRITEREPLY']._serialized_end=805
-  _globals['_RECORDTURNREQUEST']._serialized_start=807
-  _globals['_RECORDTURNREQUEST']._serialized_end=887
-  _globals['_RECORDTURNREPLY']._serialized_start=889
-  _globals['_RECORDTURNREPLY']._serialized_end=923
-  _globals['_COLLECTTURNSREQUEST']._serialized_start=925
-  _globals['_COLLECTTURNSREQUEST']._serialized_end=986
-  _globals['_TURN']._serialized_start=988
-  _globals['_TURN']._serialized_end=1035
-  _globals['_COLLECTTURNSREPLY']._serialized_start=1037
-  _globals['_COLLECTTURNSREPLY']._serialized_end=1097
-  _globals['_POLICYREQUEST']._serialized_start=1099
-  _globals['_POLICYREQUEST']._serialized_end=1114
-  _globals['_POLICYREPLY']._serialized_start=1117
-  _globals['_POLICYREPLY']._serialized_end=1513
-  _globals['_CALL']._serialized_start=1516
-  _globals['_CALL']._serialized_end=1919
-  _globals['_REFUSAL']._serialized_start=1921
-  _globals['_REFUSAL']._serialized_end=1946
-  _globals['_ANSWER']._serialized_start=1949
-  _globals['_ANSWER']._serialized_end=2350
-  _globals['_DATAPLANE']._serialized_start=2353
-  _globals['_DATAPLANE']._serialized_end=2926
+  _globals['_RECALLREQUEST']._serialized_start=104
+  _globals['_RECALLREQUEST']._serialized_end=155
+  _globals['_REMEMBERREQUEST']._serialized_start=157
+  _globals['_REMEMBERREQUEST']._serialized_end=248
+  _globals['_VECTOR']._serialized_start=250
+  _globals['_VECTOR']._serialized_end=274
+  _globals['_ADMITREQUEST']._serialized_start=276
+  _globals['_ADMITREQUEST']._serialized_end=342
+  _globals['_ADMITREPLY']._serialized_start=344
+  _globals['_ADMITREPLY']._serialized_end=356
+  _globals['_SEARCHREQUEST']._serialized_start=358
+  _globals['_SEARCHREQUEST']._serialized_end=458
+  _globals['_HIT']._serialized_start=461
+  _globals['_HIT']._serialized_end=609
+  _globals['_HITS']._serialized_start=611
+  _globals['_HITS']._serialized_end=656
+  _globals['_SEARCHREPLY']._serialized_start=658
+  _globals['_SEARCHREPLY']._serialized_end=714
+  _globals['_FACT']._serialized_start=716
+  _globals['_FACT']._serialized_end=783
+  _globals['_WRITEREQUEST']._serialized_start=786
+  _globals['_WRITEREQUEST']._serialized_end=918
+  _globals['_WRITEREPLY']._serialized_start=920
+  _globals['_WRITEREPLY']._serialized_end=951
+  _globals['_RECORDTURNREQUEST']._serialized_start=953
+  _globals['_RECORDTURNREQUEST']._serialized_end=1033
+  _globals['_RECORDTURNREPLY']._serialized_start=1035
+  _globals['_RECORDTURNREPLY']._serialized_end=1069
+  _globals['_COLLECTTURNSREQUEST']._serialized_start=1071
+  _globals['_COLLECTTURNSREQUEST']._serialized_end=1132
+  _globals['_TURN']._serialized_start=1134
+  _globals['_TURN']._serialized_end=1181
+  _globals['_COLLECTTURNSREPLY']._serialized_start=1183
+  _globals['_COLLECTTURNSREPLY']._serialized_end=1243
+  _globals['_POLICYREQUEST']._serialized_start=1245
+  _globals['_POLICYREQUEST']._serialized_end=1260
+  _globals['_POLICYREPLY']._serialized_start=1263
+  _globals['_POLICYREPLY']._serialized_end=1659
+  _globals['_CALL']._serialized_start=1662
+  _globals['_CALL']._serialized_end=2175
+  _globals['_REFUSAL']._serialized_start=2177
+  _globals['_REFUSAL']._serialized_end=2202
+  _globals['_ANSWER']._serialized_start=2205
+  _globals['_ANSWER']._serialized_end=2709
+  _globals['_DATAPLANE']._serialized_start=2712
+  _globals['_DATAPLANE']._serialized_end=3444
 # @@protoc_insertion_point(module_scope)

@@ -9,6 +9,24 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class RecallRequest(_message.Message):
+    __slots__ = ("queries", "operation")
+    QUERIES_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    queries: _containers.RepeatedScalarFieldContainer[str]
+    operation: str
+    def __init__(self, queries: _Optional[_Iterable[str]] = ..., operation: _Optional[str] = ...) -> None: ...
+
+class RememberRequest(_message.Message):
+    __slots__ = ("facts", "expires_in", "operation")
+    FACTS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_IN_FIELD_NUMBER: _ClassVar[int]
+    OPERATION_FIELD_NUMBER: _ClassVar[int]
+    facts: _containers.RepeatedScalarFieldContainer[str]
+    expires_in: int
+    operation: str
+    def __init__(self, facts: _Optional[_Iterable[str]] = ..., expires_in: _Optional[int] = ..., operation: _Optional[str] = ...) -> None: ...
+
 class Vector(_message.Message):
     __slots__ = ("values",)
     VALUES_FIELD_NUMBER: _ClassVar[int]
@@ -164,7 +182,7 @@ class PolicyReply(_message.Message):
     def __init__(self, max_expiry_seconds: _Optional[int] = ..., entry_cap: _Optional[int] = ..., max_fact_bytes: _Optional[int] = ..., prefetch_max_subqueries: _Optional[int] = ..., prefetch_max_query_bytes: _Optional[int] = ..., explicit_ops_per_minute: _Optional[int] = ..., explicit_burst: _Optional[int] = ..., scope_ops_per_hour: _Optional[int] = ..., autosave_every_user_turns: _Optional[int] = ..., autosave_max_input_bytes: _Optional[int] = ..., autosave_max_facts: _Optional[int] = ..., ledger_retention_days: _Optional[int] = ..., control_reads_per_hour: _Optional[int] = ...) -> None: ...
 
 class Call(_message.Message):
-    __slots__ = ("id", "authorization", "scope", "admit", "search", "write", "record_turn", "collect_turns", "policy")
+    __slots__ = ("id", "authorization", "scope", "admit", "search", "write", "record_turn", "collect_turns", "policy", "recall", "remember")
     ID_FIELD_NUMBER: _ClassVar[int]
     AUTHORIZATION_FIELD_NUMBER: _ClassVar[int]
     SCOPE_FIELD_NUMBER: _ClassVar[int]
@@ -174,6 +192,8 @@ class Call(_message.Message):
     RECORD_TURN_FIELD_NUMBER: _ClassVar[int]
     COLLECT_TURNS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    RECALL_FIELD_NUMBER: _ClassVar[int]
+    REMEMBER_FIELD_NUMBER: _ClassVar[int]
     id: int
     authorization: str
     scope: str
@@ -183,7 +203,9 @@ class Call(_message.Message):
     record_turn: RecordTurnRequest
     collect_turns: CollectTurnsRequest
     policy: PolicyRequest
-    def __init__(self, id: _Optional[int] = ..., authorization: _Optional[str] = ..., scope: _Optional[str] = ..., admit: _Optional[_Union[AdmitRequest, _Mapping]] = ..., search: _Optional[_Union[SearchRequest, _Mapping]] = ..., write: _Optional[_Union[WriteRequest, _Mapping]] = ..., record_turn: _Optional[_Union[RecordTurnRequest, _Mapping]] = ..., collect_turns: _Optional[_Union[CollectTurnsRequest, _Mapping]] = ..., policy: _Optional[_Union[PolicyRequest, _Mapping]] = ...) -> None: ...
+    recall: RecallRequest
+    remember: RememberRequest
+    def __init__(self, id: _Optional[int] = ..., authorization: _Optional[str] = ..., scope: _Optional[str] = ..., admit: _Optional[_Union[AdmitRequest, _Mapping]] = ..., search: _Optional[_Union[SearchRequest, _Mapping]] = ..., write: _Optional[_Union[WriteRequest, _Mapping]] = ..., record_turn: _Optional[_Union[RecordTurnRequest, _Mapping]] = ..., collect_turns: _Optional[_Union[CollectTurnsRequest, _Mapping]] = ..., policy: _Optional[_Union[PolicyRequest, _Mapping]] = ..., recall: _Optional[_Union[RecallRequest, _Mapping]] = ..., remember: _Optional[_Union[RememberRequest, _Mapping]] = ...) -> None: ...
 
 class Refusal(_message.Message):
     __slots__ = ("reason",)
@@ -192,7 +214,7 @@ class Refusal(_message.Message):
     def __init__(self, reason: _Optional[str] = ...) -> None: ...
 
 class Answer(_message.Message):
-    __slots__ = ("id", "refused", "admit", "search", "write", "record_turn", "collect_turns", "policy")
+    __slots__ = ("id", "refused", "admit", "search", "write", "record_turn", "collect_turns", "policy", "recall", "remember")
     ID_FIELD_NUMBER: _ClassVar[int]
     REFUSED_FIELD_NUMBER: _ClassVar[int]
     ADMIT_FIELD_NUMBER: _ClassVar[int]
@@ -201,6 +223,8 @@ class Answer(_message.Message):
     RECORD_TURN_FIELD_NUMBER: _ClassVar[int]
     COLLECT_TURNS_FIELD_NUMBER: _ClassVar[int]
     POLICY_FIELD_NUMBER: _ClassVar[int]
+    RECALL_FIELD_NUMBER: _ClassVar[int]
+    REMEMBER_FIELD_NUMBER: _ClassVar[int]
     id: int
     refused: Refusal
     admit: AdmitReply
@@ -209,4 +233,6 @@ class Answer(_message.Message):
     record_turn: RecordTurnReply
     collect_turns: CollectTurnsReply
     policy: PolicyReply
-    def __init__(self, id: _Optional[int] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ..., admit: _Optional[_Union[AdmitReply, _Mapping]] = ..., search: _Optional[_Union[SearchReply, _Mapping]] = ..., write: _Optional[_Union[WriteReply, _Mapping]] = ..., record_turn: _Optional[_Union[RecordTurnReply, _Mapping]] = ..., collect_turns: _Optional[_Union[CollectTurnsReply, _Mapping]] = ..., policy: _Optional[_Union[PolicyReply, _Mapping]] = ...) -> None: ...
+    recall: SearchReply
+    remember: WriteReply
+    def __init__(self, id: _Optional[int] = ..., refused: _Optional[_Union[Refusal, _Mapping]] = ..., admit: _Optional[_Union[AdmitReply, _Mapping]] = ..., search: _Optional[_Union[SearchReply, _Mapping]] = ..., write: _Optional[_Union[WriteReply, _Mapping]] = ..., record_turn: _Optional[_Union[RecordTurnReply, _Mapping]] = ..., collect_turns: _Optional[_Union[CollectTurnsReply, _Mapping]] = ..., policy: _Optional[_Union[PolicyReply, _Mapping]] = ..., recall: _Optional[_Union[SearchReply, _Mapping]] = ..., remember: _Optional[_Union[WriteReply, _Mapping]] = ...) -> None: ...

@@ -34,6 +34,16 @@ class DataPlaneStub(object):
         Args:
             channel: A grpc.Channel.
         """
+        self.Recall = channel.unary_unary(
+                '/governed_memory.v1.DataPlane/Recall',
+                request_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.RecallRequest.SerializeToString,
+                response_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.SearchReply.FromString,
+                _registered_method=True)
+        self.Remember = channel.unary_unary(
+                '/governed_memory.v1.DataPlane/Remember',
+                request_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.RememberRequest.SerializeToString,
+                response_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.WriteReply.FromString,
+                _registered_method=True)
         self.Admit = channel.unary_unary(
                 '/governed_memory.v1.DataPlane/Admit',
                 request_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.AdmitRequest.SerializeToString,
@@ -74,27 +84,45 @@ class DataPlaneStub(object):
 class DataPlaneServicer(object):
     """Missing associated documentation comment in .proto file."""
 
+    def Recall(self, request, context):
+        """One round trip an operation (R46): the service admits the work (the fence, the sender's rate for load, one unit
+        of the hourly ceiling a query), embeds the queries with the embedding model its operator configured for the
+        calling agent, then searches: the live entries nearest each query, at most 5 hits each, each scoring at least
+        0.3 (fixed here). Refused before anything is admitted or embedded: more queries than prefetch_max_subqueries,
+        one empty or longer than prefetch_max_query_bytes, no model for the agent (embedding_failed).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Remember(self, request, context):
+        """Likewise for a write: admitted (one unit a fact; save also rate limited), embedded, stored, all or none; the ids
+        of the entries, in order (a live equal fact answers its own id).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Admit(self, request, context):
-        """Admit memory work now, before any model or embedding call: the fence, the sender's rate (explicit), the units;
-        admitted, it is recorded as used. The Search or Write that follows on the same replica (the same scope,
-        generation, operation and units, within 330 s) takes that admission once; one that finds none is admitted and
-        recorded itself, so no search and no write escapes the limits.
+        """Admit memory work now: an auto-save's summarization (one unit), before the runtime's model writes it. Admitted,
+        it is recorded as used. Admitting a search or a write (the two-call form below, kept for runtimes of the
+        previous release): the Search or Write that follows on the same replica (the same scope, generation, operation
+        and units, within 330 s) takes that admission once; one that finds none is admitted and recorded itself.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Search(self, request, context):
-        """Admit the search (one unit an embedding), then the live entries nearest each embedding: at most 5 hits
-        each, each scoring at least 0.3 (fixed here).
+        """The previous release's two-call form, served for one more release: the runtime embeds, the service admits and
+        searches (one unit an embedding; at most 5 hits each, each scoring at least 0.3).
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
     def Write(self, request, context):
-        """Admit the write (one unit a fact), then store the facts, all or none; the ids of the entries, in order (a
-        live equal fact answers its own id).
+        """The previous release's two-call form of a write: the runtime embeds; the service admits and stores.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -134,6 +162,16 @@ class DataPlaneServicer(object):
 
 def add_DataPlaneServicer_to_server(servicer, server):
     rpc_method_handlers = {
+            'Recall': grpc.unary_unary_rpc_method_handler(
+                    servicer.Recall,
+                    request_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.RecallRequest.FromString,
+                    response_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.SearchReply.SerializeToString,
+            ),
+            'Remember': grpc.unary_unary_rpc_method_handler(
+                    servicer.Remember,
+                    request_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.RememberRequest.FromString,
+                    response_serializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.WriteReply.SerializeToString,
+            ),
             'Admit': grpc.unary_unary_rpc_method_handler(
                     servicer.Admit,
                     request_deserializer=kagent__memory__governed_dot_service_dot_data__plane__pb2.AdmitRequest.FromString,
@@ -179,6 +217,60 @@ def add_DataPlaneServicer_to_server(servicer, server):
  # This class is part of an EXPERIMENTAL API.
 class DataPlane(object):
     """Missing associated documentation comment in .proto file."""
+
+    @staticmethod
+    def Recall(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/governed_memory.v1.DataPlane/Recall',
+            kagent__memory__governed_dot_service_dot_data__plane__pb2.RecallRequest.SerializeToString,
+            kagent__memory__governed_dot_service_dot_data__plane__pb2.SearchReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Remember(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/governed_memory.v1.DataPlane/Remember',
+            kagent__memory__governed_dot_service_dot_data__plane__pb2.RememberRequest.SerializeToString,
+            kagent__memory__governed_dot_service_dot_data__plane__pb2.WriteReply.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
 
     @staticmethod
     def Admit(request,

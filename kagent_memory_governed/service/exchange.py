@@ -13,12 +13,54 @@ call that lost its connection. Imports nothing of the server or the store.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 
-from kagent_memory_governed.errors import Cause, GovernedMemoryError, Reason, grpc_cause
+from kagent_memory_governed.errors import Cause, ConfigurationError, GovernedMemoryError, Reason, grpc_cause
 from kagent_memory_governed.service import data_plane_pb2 as pb
+from kagent_memory_governed.service import wire
+
+URL_SETTING = "KAGENT_GOVERNED_MEMORY_SERVICE_URL"
+
+
+def channel(url: str, ca_file: Path | None) -> Callable[[], grpc.aio.Channel]:
+    """What opens a channel to the service at ``url``: ``https://host:port``, verified against the PEM ``ca_file``
+    (the certificate must name ``host``), or ``http://host:port`` to a loopback address only. A bad setting is a
+    ``ConfigurationError`` naming it, never its value."""
+    parts = urlsplit(url)
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    host = parts.hostname
+    if parts.scheme not in ("https", "http") or not host or port is None or parts.path not in ("", "/"):
+        raise ConfigurationError(f"{URL_SETTING} must be https://host:port (or http:// to a loopback address)")
+    if parts.username or parts.password or parts.query or parts.fragment:
+        raise ConfigurationError(f"{URL_SETTING} must be https://host:port (or http:// to a loopback address)")
+    target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+    options = [
+        ("grpc.max_receive_message_length", wire.MAX_MESSAGE_BYTES),
+        ("grpc.max_send_message_length", wire.MAX_MESSAGE_BYTES),
+        ("grpc.initial_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[0]),
+        ("grpc.min_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[0]),
+        ("grpc.max_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[1]),
+    ]
+    if parts.scheme == "http":
+        if not wire.is_loopback(host):
+            raise ConfigurationError(f"{URL_SETTING}: plaintext (http://) only to a loopback address; use https://")
+        return lambda: grpc.aio.insecure_channel(target, options)
+    if ca_file is None:
+        raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA is required for https://")
+    try:
+        roots = ca_file.read_bytes()
+    except OSError:
+        raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA cannot be read") from None
+    verified = grpc.ssl_channel_credentials(root_certificates=roots)
+    return lambda: grpc.aio.secure_channel(target, verified, options)
 
 
 def unavailable(cause: Cause) -> GovernedMemoryError:

@@ -6,10 +6,11 @@ from __future__ import annotations
 import uuid
 from datetime import UTC, datetime
 
+import grpc
 import numpy
 from google.protobuf.timestamp_pb2 import Timestamp
 
-from kagent_memory_governed.errors import GovernedMemoryError, Reason
+from kagent_memory_governed.errors import GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import wire
 from kagent_memory_governed.service.values import Embedding
@@ -56,3 +57,33 @@ def hit(hit: Hit) -> pb.Hit:
         created_at=timestamp(hit.created_at),
         expires_at=timestamp(hit.expires_at),
     )
+
+
+def metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
+    """The call's text metadata; a second ``authorization`` or ``x-memory-scope`` is refused, never chosen among."""
+    found: dict[str, str] = {}
+    for item in context.invocation_metadata() or ():
+        name, value = item[0], item[1]
+        if not isinstance(name, str) or not isinstance(value, str):
+            continue  # binary (``-bin``) metadata names nothing this service reads
+        name = name.lower()
+        if name in found and name in (wire.AUTHORIZATION, wire.SCOPE):
+            raise GovernedMemoryError(Reason.BAD_IDENTITY if name == wire.AUTHORIZATION else Reason.BAD_ASSERTION)
+        found[name] = value
+    return found
+
+
+def credentials(call: pb.Call) -> dict[str, str]:
+    """A message's credentials as a unary call's metadata would name them (an empty field: none)."""
+    found = {wire.AUTHORIZATION: call.authorization, wire.SCOPE: call.scope}
+    return {name: value for name, value in found.items() if value}
+
+
+def operation(name: str, allowed: frozenset[Operation]) -> Operation:
+    try:
+        operation = Operation(name)
+    except ValueError:
+        raise GovernedMemoryError(Reason.BAD_INPUT) from None
+    if operation not in allowed:
+        raise GovernedMemoryError(Reason.BAD_INPUT)
+    return operation

@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kagent_memory_governed import control, health, metering, redaction
 from kagent_memory_governed.assertion import Trust
+from kagent_memory_governed.embedding import Embedders, load_table
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId
 from kagent_memory_governed.service import server, wire
@@ -121,6 +122,7 @@ async def serve(settings: Settings, store: Store) -> None:
     trust = trusts(settings, served)
     if not settings.identity_issuer:
         raise ConfigurationError(f"serve needs {ENV_PREFIX}IDENTITY_ISSUER", code="missing")
+    embedders = Embedders(load_table(settings.embeddings)) if settings.embeddings is not None else None
     identity = WorkloadIdentity(
         issuer=settings.identity_issuer,
         audience=settings.identity_audience,
@@ -132,7 +134,9 @@ async def serve(settings: Settings, store: Store) -> None:
     try:
         await store.check_ready()  # refused: one line and exit 78 (``main``), nothing served
         key, issuer, homeserver = bridge(settings)
-        plane = server.DataPlane(store, identity, public_key=key, issuer=issuer, homeserver=homeserver)
+        plane = server.DataPlane(
+            store, identity, public_key=key, issuer=issuer, homeserver=homeserver, embedders=embedders
+        )
         host, port = where.data_plane
         grpc_server, _ = server.build(plane, f"[{host}]:{port}" if ":" in host else f"{host}:{port}", tls=tls)
         app = FastAPI(openapi_url=None, docs_url=None, redoc_url=None)
@@ -156,12 +160,18 @@ async def serve(settings: Settings, store: Store) -> None:
         try:
             await grpc_server.start()
             sys.stderr.write(f"kagent-memory-governed: serving; replication: {replication}\n")
+            if embedders is None:  # the previous release's runtimes embed themselves; this release's are refused
+                sys.stderr.write(
+                    f"kagent-memory-governed: no {ENV_PREFIX}EMBEDDINGS: embedding_failed (not_configured)\n"
+                )
             sys.stderr.flush()
             await http.serve()  # returns on SIGTERM or SIGINT (``_Server``)
         finally:
             await grpc_server.stop(grace=5)
     finally:
         await identity.aclose()
+        if embedders is not None:
+            await embedders.aclose()
 
 
 class _Server(uvicorn.Server):

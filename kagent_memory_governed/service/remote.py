@@ -24,20 +24,19 @@ from contextvars import ContextVar, Token
 from datetime import UTC
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import grpc
 
-from kagent_memory_governed.errors import Cause, ConfigurationError, GovernedMemoryError, Reason
+from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.policy import Policy, admit_int
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
 from kagent_memory_governed.service import wire
-from kagent_memory_governed.service.exchange import Exchange, unavailable
+from kagent_memory_governed.service.exchange import Exchange, channel, unavailable
+from kagent_memory_governed.service.plane import RequestScope
 from kagent_memory_governed.service.values import Fact, Hit, Turn
 
-URL_SETTING = "KAGENT_GOVERNED_MEMORY_SERVICE_URL"
 _scope_token: ContextVar[str | None] = ContextVar("governed_memory_scope_token", default=None)
 # the work this context's last ``admit`` checked: the service admits the search or write that follows as that work
 _admitted: ContextVar[tuple[str, bool]] = ContextVar("governed_memory_admitted", default=("", False))
@@ -76,36 +75,7 @@ class RemoteStore:
         """A client of the service at ``url``: ``https://host:port``, verified against the PEM ``ca_file`` (the
         certificate must name ``host``), or ``http://host:port`` to a loopback address only. Opened lazily. Each call
         waits at most ``deadline`` seconds. A bad setting is a ``ConfigurationError`` naming it, never its value."""
-        parts = urlsplit(url)
-        try:
-            port = parts.port
-        except ValueError:
-            port = None
-        host = parts.hostname
-        if parts.scheme not in ("https", "http") or not host or port is None or parts.path not in ("", "/"):
-            raise ConfigurationError(f"{URL_SETTING} must be https://host:port (or http:// to a loopback address)")
-        if parts.username or parts.password or parts.query or parts.fragment:
-            raise ConfigurationError(f"{URL_SETTING} must be https://host:port (or http:// to a loopback address)")
-        target = f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
-        options = [
-            ("grpc.max_receive_message_length", wire.MAX_MESSAGE_BYTES),
-            ("grpc.max_send_message_length", wire.MAX_MESSAGE_BYTES),
-            ("grpc.initial_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[0]),
-            ("grpc.min_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[0]),
-            ("grpc.max_reconnect_backoff_ms", wire.RECONNECT_BACKOFF_MS[1]),
-        ]
-        if parts.scheme == "http":
-            if not wire.is_loopback(host):
-                raise ConfigurationError(f"{URL_SETTING}: plaintext (http://) only to a loopback address; use https://")
-            return cls(lambda: grpc.aio.insecure_channel(target, options), token_file=token_file, deadline=deadline)
-        if ca_file is None:
-            raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA is required for https://")
-        try:
-            roots = ca_file.read_bytes()
-        except OSError:
-            raise ConfigurationError("KAGENT_GOVERNED_MEMORY_SERVICE_CA cannot be read") from None
-        verified = grpc.ssl_channel_credentials(root_certificates=roots)
-        return cls(lambda: grpc.aio.secure_channel(target, verified, options), token_file=token_file, deadline=deadline)
+        return cls(channel(url, ca_file), token_file=token_file, deadline=deadline)
 
     async def close(self) -> None:
         stream, channel = self._stream, self._channel
@@ -170,7 +140,7 @@ class RemoteStore:
         The ``search_many`` or ``write`` that follows in this context takes that admission at the service."""
         units = admit_int(units, low=0, high=2**32 - 1)
         request = pb.AdmitRequest(operation=str(operation), units=units, explicit=explicit)
-        await self._call("admit", request, (key, generation))
+        await self._call("admit", request, _presented(key, generation))
         _admitted.set((str(operation), explicit))
 
     async def write(
@@ -187,7 +157,7 @@ class RemoteStore:
             operation=operation,
             explicit=explicit,
         )
-        reply = await self._call("write", request, (key, generation))
+        reply = await self._call("write", request, _presented(key, generation))
         ids = [_uuid(entry) for entry in reply.entry_ids]
         if len(ids) != len(facts):
             raise unavailable(Cause.BAD_ANSWER)
@@ -216,7 +186,7 @@ class RemoteStore:
         operation, explicit = _admitted.get()
         vectors = [pb.Vector(values=vector) for vector in embeddings]
         request = pb.SearchRequest(embeddings=vectors, operation=operation, explicit=explicit)
-        reply = await self._call("search", request, (key, generation))
+        reply = await self._call("search", request, _presented(key, generation))
         if len(reply.results) != len(embeddings):
             raise unavailable(Cause.BAD_ANSWER)
         return [[_hit(hit) for hit in result.hits if hit.score >= min_score][:top_k] for result in reply.results]
@@ -226,7 +196,7 @@ class RemoteStore:
     ) -> int:
         """``Store.record_turn`` at the service: how many admitted turns of the session await auto-save."""
         request = pb.RecordTurnRequest(session_id=session_id, invocation_id=invocation_id, recalled=recalled)
-        reply = await self._call("record_turn", request, (key, generation))
+        reply = await self._call("record_turn", request, _presented(key, generation))
         return int(reply.waiting)
 
     async def collect_turns(
@@ -235,20 +205,61 @@ class RemoteStore:
         """``Store.collect_turns`` at the service, for the most recent ``wire.MAX_CANDIDATES`` candidates."""
         recent = list(candidates)[-wire.MAX_CANDIDATES :]
         request = pb.CollectTurnsRequest(session_id=session_id, candidates=recent)
-        reply = await self._call("collect_turns", request, (key, generation))
-        asked = set(recent)
-        turns = [Turn(turn.invocation_id, turn.recalled) for turn in reply.turns]
-        if any(turn.invocation_id not in asked for turn in turns):
+        return _turns(await self._call("collect_turns", request, _presented(key, generation)), recent)
+
+    # -- the data plane, one call an operation (``service.plane.DataPlane``) ------------------------
+
+    token_bound = True  # the service verifies the scope's token on every call: work ends while it is accepted
+
+    def embed_with(self, embedder: object) -> None:
+        """Nothing: the service embeds, with the model its operator configured for this agent."""
+
+    def plane(self, embedder: object = None) -> RemoteStore:
+        """This client: it is the runtime's data plane through the service."""
+        return self
+
+    async def recall(self, scope: RequestScope, queries: Sequence[str], operation: Operation) -> list[list[Hit]]:
+        """``DataPlane.recall`` in one call: the service admits, embeds and searches."""
+        request = pb.RecallRequest(queries=list(queries), operation=str(operation))
+        reply = await self._call("recall", request, _token(scope))
+        if len(reply.results) != len(queries):
             raise unavailable(Cause.BAD_ANSWER)
-        return turns
+        return [[_hit(hit) for hit in result.hits] for result in reply.results]
+
+    async def remember(
+        self, scope: RequestScope, facts: Sequence[str], operation: Operation, *, expires_in: int | None = None
+    ) -> list[uuid.UUID]:
+        """``DataPlane.remember`` in one call: the service admits, embeds and writes."""
+        if self._expiry_ceiling is not None:
+            expires_in = self._expiry_ceiling if expires_in is None else min(expires_in, self._expiry_ceiling)
+        request = pb.RememberRequest(facts=list(facts), expires_in=expires_in, operation=str(operation))
+        reply = await self._call("remember", request, _token(scope))
+        ids = [_uuid(entry) for entry in reply.entry_ids]
+        if len(ids) != len(facts):
+            raise unavailable(Cause.BAD_ANSWER)
+        return ids
+
+    async def admit_summary(self, scope: RequestScope) -> None:
+        request = pb.AdmitRequest(operation=str(Operation.SUMMARIZE), units=1)
+        await self._call("admit", request, _token(scope))
+
+    async def record(self, scope: RequestScope, session_id: str, invocation_id: str, *, recalled: bool) -> int:
+        request = pb.RecordTurnRequest(session_id=session_id, invocation_id=invocation_id, recalled=recalled)
+        return int((await self._call("record_turn", request, _token(scope))).waiting)
+
+    async def collect(self, scope: RequestScope, session_id: str, candidates: Sequence[str]) -> list[Turn]:
+        recent = list(candidates)[-wire.MAX_CANDIDATES :]
+        request = pb.CollectTurnsRequest(session_id=session_id, candidates=recent)
+        return _turns(await self._call("collect_turns", request, _token(scope)), recent)
 
     # -- one call ---------------------------------------------------------------------------------
 
-    async def _call(self, kind: str, request: Any, scope: tuple[ScopeKey, int] | None) -> Any:
-        """``request`` as the ``kind`` field of a ``Call`` on this loop's stream; its reply, or its refusal raised."""
+    async def _call(self, kind: str, request: Any, scope_token: str | None) -> Any:
+        """``request`` as the ``kind`` field of a ``Call`` on this loop's stream, presenting ``scope_token``; its
+        reply, or its refusal raised."""
         call = pb.Call(authorization=f"Bearer {self._bearer()}")
-        if scope is not None:
-            call.scope = _presented(*scope)
+        if scope_token is not None:
+            call.scope = scope_token
         getattr(call, kind).CopyFrom(request)
         try:
             async with asyncio.timeout(self._deadline):
@@ -282,9 +293,17 @@ class RemoteStore:
 
 
 def _presented(key: ScopeKey, generation: int) -> str:
-    """The carried scope token, if it is the one for ``key`` and ``generation`` (its claims read unverified: the
-    service verifies); the runtime never acts, through the service, on a scope other than the one it names."""
-    token = _scope_token.get()
+    """The token ``carry`` put in this context, if it is the one for ``key`` and ``generation``."""
+    return _matching(_scope_token.get(), key, generation)
+
+
+def _token(scope: RequestScope) -> str:
+    return _matching(scope.token, scope.key, scope.generation)
+
+
+def _matching(token: str | None, key: ScopeKey, generation: int) -> str:
+    """``token``, if it is the one for ``key`` and ``generation`` (its claims read unverified: the service
+    verifies); the runtime never acts, through the service, on a scope other than the one it names."""
     claims = wire.claims_unverified(token)
     if token is None or claims is None:
         raise GovernedMemoryError(Reason.NO_ASSERTION)
@@ -293,6 +312,13 @@ def _presented(key: ScopeKey, generation: int) -> str:
     if named != expected or isinstance(claims.get("gen"), bool):
         raise GovernedMemoryError(Reason.SCOPE_MISMATCH)
     return token
+
+
+def _turns(reply: pb.CollectTurnsReply, asked: list[str]) -> list[Turn]:
+    turns = [Turn(turn.invocation_id, turn.recalled) for turn in reply.turns]
+    if any(turn.invocation_id not in set(asked) for turn in turns):
+        raise unavailable(Cause.BAD_ANSWER)
+    return turns
 
 
 def _uuid(value: str) -> uuid.UUID:

@@ -28,24 +28,23 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from kagent_memory_governed import clock, redaction
 from kagent_memory_governed.assertion import LEEWAY_SECONDS, Trust, verify
+from kagent_memory_governed.embedding import Embedders
 from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason
 from kagent_memory_governed.scope import AgentId, ScopeKey
 from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
 from kagent_memory_governed.service import messages, wire
+from kagent_memory_governed.service.plane import EXPLICIT, SEARCHES, WRITES, RequestScope
 from kagent_memory_governed.store import NewFact, Store
+from kagent_memory_governed.store.plane import LocalPlane
 
 logger = logging.getLogger(__name__)
 Reply = TypeVar("Reply")
-# what the runtime admits (adk/service.py); load and save are explicit: rate limited per sender, whatever is asked.
-# Admit admits and records a search or a write as the in-process runtime does, before the embedding; the Search or
-# Write that follows takes that admission (the same scope, generation, operation and units, within SPENT_SECONDS,
-# once), and one that finds none is admitted and recorded there: a caller that skips Admit is held to the limits
-# all the same, and no call is admitted without being recorded once. A summarization is the runtime's own model call.
-SEARCHES = frozenset({Operation.PREFETCH, Operation.LOAD})
-WRITES = frozenset({Operation.SAVE, Operation.AUTOSAVE})
+# Recall and Remember admit, embed and work in one call (``LocalPlane``, as in process). Admit admits a summarization
+# (the runtime's own model call) and, for runtimes of the previous release, a search or a write before their
+# embedding: the Search or Write that follows takes that admission (the same scope, generation, operation and units,
+# within SPENT_SECONDS, once), and one that finds none is admitted and recorded there; load and save are explicit.
 ADMITTED = SEARCHES | WRITES | {Operation.SUMMARIZE}
-EXPLICIT = frozenset({Operation.LOAD, Operation.SAVE})
 SPENT_SECONDS = 330.0  # what Admit spent waits this long for its call: a scope token's life and leeway at most
 SPENT_KEPT = 65536  # admissions awaiting their call; past it the oldest go (their call is then admitted again)
 CACHED_SCOPE_TOKENS = 4096  # verified scope tokens kept, by digest: a token lives at most 330 s
@@ -79,9 +78,11 @@ class DataPlane:
         public_key: Ed25519PublicKey,
         issuer: str,
         homeserver: str,
+        embedders: Embedders | None = None,
         handler_seconds: float = wire.DEFAULT_HANDLER_SECONDS,
     ) -> None:
         self._store = store
+        self._embedders = embedders
         self._identity = identity
         self._public_key, self._issuer, self._homeserver = public_key, issuer, homeserver
         self._handler_seconds = handler_seconds
@@ -90,6 +91,8 @@ class DataPlane:
         # admissions Admit recorded for a search or a write, awaiting it: their deadlines (monotonic), oldest first
         self._spent: dict[tuple[ScopeKey, int, Operation, bool, int], list[float]] = {}
         self._work: dict[str, Callable[[Any, Scope], Awaitable[Any]]] = {
+            "recall": self._recall,
+            "remember": self._remember,
             "admit": self._admit,
             "search": self._search,
             "write": self._write,
@@ -99,6 +102,12 @@ class DataPlane:
         redaction.install_log_boundary()
 
     # -- the calls, unary or on Exchange ---------------------------------------------------------
+
+    async def Recall(self, request: pb.RecallRequest, context: grpc.aio.ServicerContext) -> pb.SearchReply:
+        return await self._unary("recall", request, context, pb.SearchReply)
+
+    async def Remember(self, request: pb.RememberRequest, context: grpc.aio.ServicerContext) -> pb.WriteReply:
+        return await self._unary("remember", request, context, pb.WriteReply)
 
     async def Admit(self, request: pb.AdmitRequest, context: grpc.aio.ServicerContext) -> pb.AdmitReply:
         return await self._unary("admit", request, context, pb.AdmitReply)
@@ -155,7 +164,7 @@ class DataPlane:
                 task.cancel()
 
     async def _unary(self, method: str, request: Any, context: grpc.aio.ServicerContext, answer: type[Reply]) -> Reply:
-        outcome = await self._do(method, request, lambda: _metadata(context))
+        outcome = await self._do(method, request, lambda: messages.metadata(context))
         if isinstance(outcome, answer):
             return outcome
         refused = outcome if isinstance(outcome, GovernedMemoryError) else GovernedMemoryError(Reason.INTERNAL_ERROR)
@@ -166,7 +175,7 @@ class DataPlane:
         method = call.WhichOneof("request")
         if method is None:
             return pb.Answer(id=call.id, refused=pb.Refusal(reason=Reason.BAD_INPUT.value))
-        outcome = await self._do(method, getattr(call, method), lambda: _credentials(call))
+        outcome = await self._do(method, getattr(call, method), lambda: messages.credentials(call))
         if isinstance(outcome, GovernedMemoryError):
             return pb.Answer(id=call.id, refused=pb.Refusal(reason=outcome.reason.value))
         answer = pb.Answer(id=call.id)
@@ -200,8 +209,27 @@ class DataPlane:
 
     # -- the work of each call, on its verified scope ---------------------------------------------
 
+    def _plane(self, scope: Scope) -> LocalPlane:
+        """The data plane of the scope's agent, embedding with its model; refused before any work without one."""
+        embedder = self._embedders.for_agent(str(scope.key.agent)) if self._embedders is not None else None
+        if embedder is None:
+            raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.NOT_CONFIGURED)
+        return LocalPlane(self._store, embedder)
+
+    async def _recall(self, request: pb.RecallRequest, scope: Scope) -> pb.SearchReply:
+        operation = messages.operation(request.operation, SEARCHES)
+        found = await self._plane(scope).recall(RequestScope(scope.key, scope.generation), request.queries, operation)
+        return pb.SearchReply(results=[pb.Hits(hits=[messages.hit(hit) for hit in hits]) for hits in found])
+
+    async def _remember(self, request: pb.RememberRequest, scope: Scope) -> pb.WriteReply:
+        operation = messages.operation(request.operation, WRITES)
+        expires_in = request.expires_in if request.HasField("expires_in") else None
+        on = RequestScope(scope.key, scope.generation)
+        ids = await self._plane(scope).remember(on, request.facts, operation, expires_in=expires_in)
+        return pb.WriteReply(entry_ids=[str(entry) for entry in ids])
+
     async def _admit(self, request: pb.AdmitRequest, scope: Scope) -> pb.AdmitReply:
-        operation = _operation(request.operation, ADMITTED)
+        operation = messages.operation(request.operation, ADMITTED)
         explicit = request.explicit or operation in EXPLICIT
         await self._store.admit(scope.key, scope.generation, operation, units=request.units, explicit=explicit)
         if operation in SEARCHES | WRITES:  # recorded: the call it admits takes it (``_spend``)
@@ -229,7 +257,7 @@ class DataPlane:
     async def _spend(self, scope: Scope, name: str, allowed: frozenset[Operation], units: int, explicit: bool) -> None:
         """Admit a search or a write: the admission ``Admit`` recorded for it, else admitted and recorded here, by
         the same rules."""
-        operation = _operation(name, allowed)
+        operation = messages.operation(name, allowed)
         explicit = explicit or operation in EXPLICIT
         if self._take((scope.key, scope.generation, operation, explicit, units)):
             return
@@ -295,36 +323,6 @@ class DataPlane:
                 assertion.expires_at.timestamp() + LEEWAY_SECONDS,
             )
         return scope
-
-
-def _metadata(context: grpc.aio.ServicerContext) -> dict[str, str]:
-    """The call's text metadata; a second ``authorization`` or ``x-memory-scope`` is refused, never chosen among."""
-    found: dict[str, str] = {}
-    for item in context.invocation_metadata() or ():
-        name, value = item[0], item[1]
-        if not isinstance(name, str) or not isinstance(value, str):
-            continue  # binary (``-bin``) metadata names nothing this service reads
-        name = name.lower()
-        if name in found and name in (wire.AUTHORIZATION, wire.SCOPE):
-            raise GovernedMemoryError(Reason.BAD_IDENTITY if name == wire.AUTHORIZATION else Reason.BAD_ASSERTION)
-        found[name] = value
-    return found
-
-
-def _credentials(call: pb.Call) -> dict[str, str]:
-    """A message's credentials as a unary call's metadata would name them (an empty field: none)."""
-    found = {wire.AUTHORIZATION: call.authorization, wire.SCOPE: call.scope}
-    return {name: value for name, value in found.items() if value}
-
-
-def _operation(name: str, allowed: frozenset[Operation]) -> Operation:
-    try:
-        operation = Operation(name)
-    except ValueError:
-        raise GovernedMemoryError(Reason.BAD_INPUT) from None
-    if operation not in allowed:
-        raise GovernedMemoryError(Reason.BAD_INPUT)
-    return operation
 
 
 @dataclass(frozen=True, slots=True)

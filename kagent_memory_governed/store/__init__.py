@@ -35,6 +35,7 @@ the key store has destroyed the erased keys) one call of a procedure that delete
     ranking        the exact rank of opened entries, in the process
     keyrings       the keyrings kept per consent generation
     turns          conversation turns for auto-save
+    plane          the data plane over the store: admit, embed, then search or write, one call an operation
     erasure        forget, forget_all, off, offboard: fence, destroy keys, delete, verify, settle; completing
                    interrupted ones
     maintenance    sweep
@@ -54,6 +55,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from kagent_memory_governed import redaction
 from kagent_memory_governed.consent import Erasure
+from kagent_memory_governed.embedding import Embedder
 from kagent_memory_governed.errors import Reason
 from kagent_memory_governed.keys import KeyStore
 from kagent_memory_governed.policy import Policy, admit_int
@@ -63,6 +65,7 @@ from kagent_memory_governed.store import admission, connection, data, erasure, g
 from kagent_memory_governed.store.database import Database, create_engine
 from kagent_memory_governed.store.erasure import caught_up
 from kagent_memory_governed.store.keyrings import Keyrings
+from kagent_memory_governed.store.plane import LocalPlane
 from kagent_memory_governed.store.replication import replication as read_replication
 from kagent_memory_governed.store.values import (
     MAX_PAGE,
@@ -130,6 +133,11 @@ class Store:
     async def close(self) -> None:
         await self._db.engine.dispose()
         await self._db.keys.store.close()
+
+    def plane(self, embedder: Embedder | None = None) -> LocalPlane:
+        """The data plane over this store in this process (``service.plane.DataPlane``), embedding with ``embedder``
+        (or, once set, the Agent's ``memory.embedding``)."""
+        return LocalPlane(self, embedder)
 
     def drop_kept_keyrings(self) -> None:
         """Keep no keyring: after the database was changed behind the store (restored in place, emptied by a test)."""

@@ -15,7 +15,7 @@ from kagent_memory_governed import lazy
 if TYPE_CHECKING:
     from kagent_memory_governed.testing.agent import CARD, CONFIG, A2AClient, build_app, new_context, reply_text
     from kagent_memory_governed.testing.bridge import AGENT, HOMESERVER, ISSUER, Bridge, b64, compact
-    from kagent_memory_governed.testing.embedder import CountingEmbedder, embed, local_embedder
+    from kagent_memory_governed.testing.embedder import CountingEmbedder, embed, local_embedder, openai_compatible_url
     from kagent_memory_governed.testing.model import ScriptedModel, system_instruction
 
 # Imported on first use: the package's pytest plugin (``testing.plugin``, loaded by every pytest session where this
@@ -26,7 +26,7 @@ __getattr__ = lazy.names(
     {
         "agent": "CARD CONFIG A2AClient build_app new_context reply_text",
         "bridge": "AGENT HOMESERVER ISSUER Bridge b64 compact",
-        "embedder": "CountingEmbedder embed local_embedder",
+        "embedder": "CountingEmbedder embed local_embedder openai_compatible_url",
         "model": "ScriptedModel system_instruction",
     },
     globals(),
@@ -53,6 +53,7 @@ __all__ = [
     "embed",
     "local_embedder",
     "new_context",
+    "openai_compatible_url",
     "reply_text",
     "system_instruction",
 ]

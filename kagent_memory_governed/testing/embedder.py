@@ -1,15 +1,19 @@
 """A deterministic, offline embedder for the demo and tests: hashed bag of words, 768-d, L2-normalized.
 
 It is not semantic and never used when an Agent configures ``memory.embedding``; it exists so the
-lifecycle can be shown and tested with no provider and no network.
+lifecycle can be shown and tested with no provider and no network. ``openai_compatible_url`` serves it as the
+memory service's embedding provider, on loopback.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 import math
 import re
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS
 
@@ -53,3 +57,47 @@ class CountingEmbedder:
         if self.fail_with is not None:
             raise RuntimeError(self.fail_with)
         return [embed(text) for text in texts]
+
+
+class _Embeddings(BaseHTTPRequestHandler):
+    """``POST /v1/embeddings`` of the OpenAI API, answered with ``embed`` of each input (``dimensions`` ignored)."""
+
+    protocol_version = "HTTP/1.1"
+
+    def do_POST(self) -> None:  # noqa: N802  # http.server's name
+        size = int(self.headers.get("content-length") or 0)
+        try:
+            body = json.loads(self.rfile.read(size))
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            answer: dict[str, object] = {
+                "object": "list",
+                "model": body.get("model", ""),
+                "data": [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(texts)],
+            }
+            status = 200 if self.path.rstrip("/").endswith("/embeddings") else 404
+        except (ValueError, KeyError, TypeError):
+            answer, status = {"error": {"message": "bad request"}}, 400
+        raw = json.dumps(answer).encode()
+        self.send_response(status)
+        self.send_header("content-type", "application/json")
+        self.send_header("content-length", str(len(raw)))
+        self.end_headers()
+        self.wfile.write(raw)
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002  # http.server's name
+        pass  # what a request carries is never printed
+
+
+_served: list[str] = []
+
+
+def openai_compatible_url() -> str:
+    """The base URL (``http://127.0.0.1:<port>/v1``) of an OpenAI-compatible embeddings server answering ``embed``
+    on loopback, started once per process on a daemon thread: the memory service's embedding provider in tests and
+    benchmarks (the deterministic embedder, over the real HTTP wire)."""
+    if not _served:
+        server = ThreadingHTTPServer(("127.0.0.1", 0), _Embeddings)
+        server.daemon_threads = True
+        threading.Thread(target=server.serve_forever, name="embeddings", daemon=True).start()
+        _served.append(f"http://127.0.0.1:{server.server_address[1]}/v1")
+    return _served[0]

@@ -20,11 +20,12 @@ from freezegun import freeze_time
 from support import facts, free_port, refusal
 
 from kagent_memory_governed import clock
+from kagent_memory_governed.embedding import Embedders
 from kagent_memory_governed.errors import ConfigurationError, GovernedMemoryError, Reason
 from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeKey
 from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
-from kagent_memory_governed.service import remote, server
+from kagent_memory_governed.service import remote, server, wire
 from kagent_memory_governed.service.remote import RemoteStore
 from kagent_memory_governed.service.wire import status
 from kagent_memory_governed.store import Store
@@ -84,9 +85,17 @@ async def serving(plane: object, *, tls: server.ServerTLS | None = None) -> Asyn
         await grpc_server.stop(None)
 
 
-def plane(store: Store, bridge: Bridge, **options: float) -> server.DataPlane:
+def plane(store: Store, bridge: Bridge, *, embedders: Embedders | None = None, **options: float) -> server.DataPlane:
     public_key = bridge.private_key.public_key()
-    return server.DataPlane(store, IDENTITY, public_key=public_key, issuer=ISSUER, homeserver=HOMESERVER, **options)
+    return server.DataPlane(
+        store,
+        IDENTITY,
+        public_key=public_key,
+        issuer=ISSUER,
+        homeserver=HOMESERVER,
+        embedders=embedders,
+        handler_seconds=options.get("handler_seconds", wire.DEFAULT_HANDLER_SECONDS),
+    )
 
 
 @pytest.fixture

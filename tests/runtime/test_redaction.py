@@ -28,6 +28,7 @@ from kagent_memory_governed.clock import now
 from kagent_memory_governed.redaction import scrub_record
 from kagent_memory_governed.scope import ScopeKey
 from kagent_memory_governed.store import Store
+from kagent_memory_governed.store.plane import LocalPlane
 from kagent_memory_governed.testing import (
     HOMESERVER,
     A2AClient,
@@ -243,13 +244,15 @@ async def test_a_failing_embedding_provider_body_is_withheld(
     server = await asyncio.start_server(provider, "127.0.0.1", 0)
     port = server.sockets[0].getsockname()[1]
     config = EmbeddingConfig(provider="ollama", model="nomic-embed-text", base_url=f"http://127.0.0.1:{port}")
-    original, runtime.service._embedder = runtime.service._embedder, kagent_embedder(config)  # upstream's client
+    plane = runtime.service.plane
+    assert isinstance(plane, LocalPlane)
+    original, plane._embedder = plane._embedder, kagent_embedder(config)  # upstream's client
     try:
         _, generation = await consent(store, bridge)
         model.script(on_user=lambda text: [("save_memory", {"content": "likes tea"})])
         answer = await send(agent, sinks, bridge, "hello there", generation)
     finally:
-        runtime.service._embedder = original
+        plane._embedder = original
         server.close()
     assert hits  # upstream's embedding client called the provider, which answered with the sentinel
     assert "Memory unavailable: embedding_failed" in json.dumps(answer)

@@ -26,7 +26,6 @@ from kagent_memory_governed.service.remote import RemoteStore
 from kagent_memory_governed.service.wire import RECONNECT_BACKOFF_MS
 from kagent_memory_governed.testing import CONFIG, Bridge, ScriptedModel, new_context
 from kagent_memory_governed.testing.bridge import HOMESERVER
-from kagent_memory_governed.testing.embedder import local_embedder
 
 if TYPE_CHECKING:
     from cluster import Cluster, Key
@@ -147,9 +146,7 @@ async def test_an_auto_save_through_the_service_starts_only_with_a_minute_of_its
     from google.adk.sessions import Session
 
     (tmp_path / "token").write_text("unused\n")
-    service = GovernedMemoryService(
-        RemoteStore.connect("http://127.0.0.1:1", token_file=tmp_path / "token"), local_embedder
-    )
+    service = GovernedMemoryService(RemoteStore.connect("http://127.0.0.1:1", token_file=tmp_path / "token"))
     now = time.time()
     scope = request.bind({"x-memory-scope": bridge.sign(now, exp=int(now) + left), "x-user-id": ALICE}, bridge.trust())
     assert scope is not None

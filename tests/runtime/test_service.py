@@ -23,7 +23,7 @@ async def test_an_agents_ttl_days_lowers_the_expiry_ceiling_and_never_raises_it(
     # its own: the Agent's ttl lowers this store's ceiling
     store = Store.connect(database_url, Policy(), keys=store.key_store)
     try:
-        service = GovernedMemoryService(store, None)
+        service = GovernedMemoryService(store.plane())
         service.configure(MemoryConfig(ttl_days=30))
         assert store.policy.max_expiry_seconds == 7 * 24 * 3600  # kagent's laxer TTL changes nothing
         service.configure(MemoryConfig(ttl_days=3))
