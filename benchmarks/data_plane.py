@@ -1,43 +1,48 @@
-"""The data plane's cost (#35, ADR 0001): the runtime's memory operations in-process (``Store``) and through the
-memory service (``RemoteStore`` to a real ``kagent-memory-governed serve`` process over TLS on loopback), side by
-side in one run, over one PostgreSQL and one key store.
+"""The data plane's cost (#35, #47, ADR 0001): the runtime's memory operations in-process (``LocalPlane`` over a
+``Store``) and through the memory service (``RemoteStore`` to a real ``kagent-memory-governed serve`` process over
+TLS on loopback), side by side in one run, over one PostgreSQL, one key store and one embedding provider.
 
     python benchmarks/data_plane.py [--url postgresql+asyncpg://... --key-store file:///path] [--runs 300]
                                     [--breakdown-runs 100] [--no-same-loop] [--json out.json]
 
-**Operations**, each as ``GovernedMemoryService`` (``adk/service.py``) sequences it, with the embedding provider left
-out (an embedder answering precomputed 768-d vectors):
+**Operations**, each as ``GovernedMemoryService`` (``adk/service.py``) runs it, one call of the data plane each (the
+plane admits, embeds, then searches or writes):
 
-- ``search``: ``load_memory``'s path: ``admit(load, units=1, explicit)`` then ``search_many`` of one embedding over
-  a scope of 100 entries (top 5, score at least 0.3);
-- ``save``: ``save_memory``'s path: ``admit(save, units=1, explicit)`` then ``write`` of one fact into a scope of 99;
-- ``prefetch``: the first message's prefetch: ``admit(prefetch, units=8)`` then ``search_many`` of 8 embeddings over
-  a scope of 100 entries.
+- ``search``: ``load_memory``'s path: ``recall`` of one query (admitted as ``load``, one unit, explicit) over a scope
+  of 100 entries (top 5, score at least 0.3);
+- ``save``: ``save_memory``'s path: ``remember`` of one fact (``save``, one unit, explicit) into a scope of 99;
+- ``prefetch``: the first message's prefetch: ``recall`` of 8 queries (``prefetch``, 8 units) over 100 entries.
+
+**The embedding provider** is the same for every arm: an OpenAI-compatible ``/v1/embeddings`` server in a process of
+its own on loopback (``testing.EmbeddingServer``), answering precomputed 768-d vectors near the scopes' entries, so
+that every search finds its five hits. In process the runtime's ``OpenAIEmbedder`` calls it; through the service,
+the service's (``KAGENT_GOVERNED_MEMORY_EMBEDDINGS``).
 
 **Arms**: ``in-process``: a ``Store`` in this process; ``service``: ``RemoteStore`` to ``serve`` run as a process of
 its own (the deployed shape: its own interpreter and event loop; TLS with a CA made here; each call carries a
 projected service-account token that the service verifies against a fake API server's JWKS over TLS, the test
-suite's ``tests/cluster.py``, and the bridge-signed scope token, verified on every call); ``same loop`` (unless
-``--no-same-loop``): ``server.DataPlane`` with ``server.build`` and TLS inside this process, client and server on one
-event loop and so one core: a pessimistic figure, shown for comparison only. Every arm has a ``Store`` of its own
-(the keyrings it keeps are its own); the scopes are written beforehand by yet another, so every timed operation
-meets a scope no arm has read (its keyring cold), as a turn's first memory call does.
+suite's ``tests/cluster.py``, and the bridge-signed scope token, verified on every call); ``service unary``: the same
+serve reached by unary calls instead of ``Exchange``; ``same loop`` (unless ``--no-same-loop``): ``server.DataPlane``
+with ``server.build`` and TLS inside this process, client and server on one event loop and so one core: a
+pessimistic figure, shown for comparison only. Every arm has a ``Store`` of its own (the keyrings it keeps are its
+own); the scopes are written beforehand by yet another, so every timed operation meets a scope no arm has read (its
+keyring cold), as a turn's first memory call does.
 
 **Limits met honestly**: an explicit load or save spends the sender's bucket (burst 3) and every unit the scope's
 hourly ceiling (60), through the service too; so each run has a fresh sender and scope, granted and filled before
 the timed part, and every scope token is signed (120 s lifetime) just before its run, outside the timing.
 
 **Fairness**: median of ``--runs`` runs after a warm-up of 20; arms take turns in batches of 10 runs of each
-operation, the first arm of a batch rotating, so machine load falls on every arm alike. The bound is #35's: through
+operation, the first arm of a batch rotating, so machine load falls on every arm alike. The bound is #47's: through
 the service, the in-process median plus 1.5 ms.
 
-**Where the added time goes** (``--breakdown-runs``, then): the same operations call by call, against a second
-``serve`` process whose handlers are timed from inside (this script run with ``--timed-serve``: wrappers around
-``DataPlane._do`` and ``_answer``, the workload identity, the scope token's verification and the store's calls),
-beside the in-process store doing what the runtime does (the admission, the work); and, in this process, the costs
-that make them up: the scope token's Ed25519 verification, the workload identity (a cached token
-and a fresh one), protobuf for 1 and 8 embeddings and their hits, the identity token's file read; and the floor of a
-call, unary and as a message on an open stream, to a bare echo server.
+**Where the added time goes** (``--breakdown-runs``, then): the same operations, against a second ``serve`` process
+whose handlers are timed from inside (this script run with ``--timed-serve``: wrappers around ``DataPlane._do`` and
+``_answer``, the workload identity, the scope token's verification, the store's calls and the embedder), beside the
+in-process plane's steps (the admission, the embedding, the work); and, in this process, the costs that make them
+up: the scope token's Ed25519 verification, the workload identity (a cached token and a fresh one), protobuf for 1
+and 8 queries and their hits, the identity token's file read; and the floor of a call, unary and as a message on an
+open stream, to a bare echo server.
 
 Prints tables and writes ``benchmarks/results/data_plane.json`` (or ``--json``). Unset ``--url``: an embedded
 PostgreSQL and a throw-away key store. The helpers of ``tests/`` (the fake API server, projected tokens, test
@@ -58,10 +63,11 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import uuid
 from collections import defaultdict
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -88,6 +94,7 @@ DIMENSIONS = 768
 def timed_serve(out: Path) -> int:
     """``kagent-memory-governed serve`` with its handlers timed from inside; the samples go to ``out`` on exit."""
     from kagent_memory_governed.cli import main
+    from kagent_memory_governed.embedding import OpenAIEmbedder
     from kagent_memory_governed.service import identity, server
     from kagent_memory_governed.store import Store
 
@@ -112,6 +119,7 @@ def timed_serve(out: Path) -> int:
     timing(Store, "admit", lambda *_, **__: "store admit")
     timing(Store, "search_many", lambda self, key, generation, embeddings, **_: f"store search_many x{len(embeddings)}")
     timing(Store, "write", lambda *_, **__: "store write")
+    timing(OpenAIEmbedder, "__call__", lambda self, texts: f"embed x{len(texts)}")
     verified = server.DataPlane._verified
 
     def timed_verified(self: Any, metadata: Any, agent: Any) -> Any:
@@ -271,9 +279,38 @@ class Data:
             self.fact: fact_vector.tolist()
         }
 
-    async def embed(self, texts: list[str]) -> list[list[float]]:
-        """The runtime's embedder, answering the precomputed vectors: no provider in the figures."""
-        return [self.vectors[text] for text in texts]
+    def vector(self, text: str) -> list[float]:
+        """What the embedding provider answers: the precomputed vector of a query or the fact."""
+        return self.vectors[text]
+
+
+def embeddings_serve(port_file: Path) -> int:
+    """The embedding provider of every arm: an OpenAI-compatible server answering ``Data``'s vectors, in a process of
+    its own (its threads take no time from the arms' event loops); its port goes to ``port_file``. Runs until
+    SIGTERM."""
+    import signal
+
+    from kagent_memory_governed.testing import EmbeddingServer
+
+    server = EmbeddingServer(Data().vector)
+    signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
+    port_file.write_text(server.url)
+    server.serve_forever()
+    return 0
+
+
+def start_embeddings(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+    """``embeddings_serve`` in a process of its own, once it listens: the process and its base URL."""
+    url_file = directory / "embeddings.url"
+    url_file.unlink(missing_ok=True)
+    process = subprocess.Popen([sys.executable, str(SCRIPT), "--embeddings-serve", str(url_file)])
+    deadline = time.monotonic() + 30
+    while not (url_file.exists() and url_file.read_text()):
+        if process.poll() is not None or time.monotonic() > deadline:
+            process.kill()
+            raise RuntimeError("the embedding provider did not start")
+        time.sleep(0.05)
+    return process, url_file.read_text()
 
 
 @dataclass(frozen=True)
@@ -381,17 +418,17 @@ def unary_store(remote_store: Any) -> Any:
     import grpc
 
     from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
-    from kagent_memory_governed.service import remote, wire
+    from kagent_memory_governed.service import wire
 
     class UnaryStore(remote_store):  # type: ignore[misc,valid-type]
-        async def _call(self, kind: str, request: Any, scope: Any) -> Any:
+        async def _call(self, kind: str, request: Any, scope_token: str | None) -> Any:
             loop = asyncio.get_running_loop()
             if self._channel is None or self._loop is not loop:
                 self._channel, self._loop = self._open(), loop
                 self._stub = pb_grpc.DataPlaneStub(self._channel)
             metadata = [(wire.AUTHORIZATION, f"Bearer {self._bearer()}")]
-            if scope is not None:
-                metadata.append((wire.SCOPE, remote._presented(*scope)))
+            if scope_token is not None:
+                metadata.append((wire.SCOPE, scope_token))
             rpc = getattr(self._stub, _method(kind))
             try:
                 return await rpc(request, metadata=metadata, timeout=self._deadline)
@@ -404,8 +441,7 @@ def unary_store(remote_store: Any) -> Any:
 @dataclass
 class Arm:
     name: str
-    store: Any  # Store | RemoteStore
-    service: Any  # GovernedMemoryService over it
+    service: Any  # GovernedMemoryService over the arm's plane
 
 
 def scope_token(bridge: Any, prepared: Prepared) -> str:
@@ -415,33 +451,26 @@ def scope_token(bridge: Any, prepared: Prepared) -> str:
     )
 
 
-@contextlib.contextmanager
-def carrying(token: str) -> Iterator[None]:
-    """The request's ``X-Memory-Scope``, carried for the service as the runtime's request context does."""
-    from kagent_memory_governed.service import remote
+def request_scope(bridge: Any, prepared: Prepared) -> Any:
+    """The request's scope as the runtime holds it: the key and generation, and the token the bridge signed."""
+    from kagent_memory_governed.service.plane import RequestScope
 
-    carried = remote.carry(token)
-    try:
-        yield
-    finally:
-        remote._scope_token.reset(carried)
+    return RequestScope(prepared.key, prepared.generation, token=scope_token(bridge, prepared))
 
 
 async def operation(arm: Arm, op: str, prepared: Prepared, bridge: Any, data: Data) -> float:
     """Seconds of one ``op`` as the runtime runs it (``GovernedMemoryService``), the scope token signed before."""
-    from kagent_memory_governed.adk.request import RequestScope
     from kagent_memory_governed.errors import Operation
 
-    scope = RequestScope(prepared.key, prepared.generation)
-    with carrying(scope_token(bridge, prepared)):
-        started = time.perf_counter()
-        if op == "search":
-            await arm.service.search(scope, data.queries[:1], Operation.LOAD)
-        elif op == "save":
-            await arm.service.save(scope, [data.fact], Operation.SAVE)
-        else:
-            await arm.service.search(scope, data.queries, Operation.PREFETCH)
-        return time.perf_counter() - started
+    scope = request_scope(bridge, prepared)
+    started = time.perf_counter()
+    if op == "search":
+        await arm.service.search(scope, data.queries[:1], Operation.LOAD)
+    elif op == "save":
+        await arm.service.save(scope, [data.fact], Operation.SAVE)
+    else:
+        await arm.service.search(scope, data.queries, Operation.PREFETCH)
+    return time.perf_counter() - started
 
 
 def median_ms(seconds: list[float]) -> float:
@@ -501,13 +530,20 @@ async def side_by_side(
 
 
 async def call_by_call(
-    store: Any, client: Any, prep: Any, bridge: Any, data: Data, runs: int, warm: int, entries: int = ENTRIES
+    store: Any,
+    embedder: Any,
+    client: Any,
+    prep: Any,
+    bridge: Any,
+    data: Data,
+    runs: int,
+    warm: int,
+    entries: int = ENTRIES,
 ) -> dict[str, Any]:
-    """Each operation's calls timed one by one, each on a fresh scope, the two sides taking turns: in-process as the
-    runtime does them (the admission, the work) and through the timed service (the client's view of each call; the
-    service's own view is in its samples). ``runs`` after ``warm`` of warm-up."""
+    """Each operation timed on a fresh scope, the two sides taking turns: in process, step by step as the plane
+    does them (the admission, the embedding, the work), and through the timed service, its one call (the client's
+    view; the service's own view is in its samples). ``runs`` after ``warm`` of warm-up."""
     from kagent_memory_governed.errors import Operation
-    from kagent_memory_governed.service import remote
     from kagent_memory_governed.store import NewFact
 
     admitted = {
@@ -516,37 +552,39 @@ async def call_by_call(
         "prefetch": (Operation.PREFETCH, False, 8),
     }
     holding = held(entries)
-    sides = ("in-process", "service")
     samples: dict[str, list[float]] = defaultdict(list)
 
-    async def timed(label: str, work: Awaitable[Any], keep: bool) -> None:
+    async def timed(label: str, work: Awaitable[Any], keep: bool) -> Any:
         started = time.perf_counter()
-        await work
+        done = await work
         if keep:
             samples[label].append(time.perf_counter() - started)
+        return done
 
     for op in OPS:
         operation_, explicit, units = admitted[op]
-        name = "write" if op == "save" else "search_many"
-        vectors = [data.vectors[q] for q in (data.queries if op == "prefetch" else data.queries[:1])]
-        scopes = {side: await prepare(prep, data, warm + runs, holding[op]) for side in sides}
+        texts = [data.fact] if op == "save" else data.queries if op == "prefetch" else data.queries[:1]
+        scopes = {side: await prepare(prep, data, warm + runs, holding[op]) for side in ("in-process", "service")}
         for n in range(warm + runs):
             keep = n >= warm
-            for side in sides:
-                prepared = scopes[side][n]
-                key, generation = prepared.key, prepared.generation
-                target = client if side == "service" else store
-                with carrying(scope_token(bridge, prepared)):
-                    admit = target.admit(key, generation, operation_, units=units, explicit=explicit)
-                    await timed(f"{op} {side}: {'Admit' if side == 'service' else 'admit'}", admit, keep)
-                    if op == "save":
-                        work = target.write(key, generation, [NewFact(data.fact, data.vectors[data.fact])])
-                    else:
-                        work = target.search_many(key, generation, vectors, top_k=5, min_score=0.3)
-                    await timed(f"{op} {side}: {name}", work, keep)
+            prepared = scopes["in-process"][n]
+            key, generation = prepared.key, prepared.generation
+            admit = store.admit(key, generation, operation_, units=units, explicit=explicit)
+            await timed(f"{op} in-process: admit", admit, keep)
+            vectors = await timed(f"{op} in-process: embed", embedder(texts), keep)
+            if op == "save":
+                work = store.write(key, generation, [NewFact(data.fact, vectors[0])])
+            else:
+                work = store.search_many(key, generation, vectors, top_k=5, min_score=0.3)
+            await timed(f"{op} in-process: {'write' if op == 'save' else 'search_many'}", work, keep)
+            scope = request_scope(bridge, scopes["service"][n])
+            if op == "save":
+                call = client.remember(scope, texts, operation_)
+            else:
+                call = client.recall(scope, texts, operation_)
+            await timed(f"{op} service: {'Remember' if op == 'save' else 'Recall'}", call, keep)
     for n in range(warm + runs):
         await timed("service Policy", client.refresh_policy(), n >= warm)
-    remote._admitted.set(("", False))
     return {label: median_ms(seconds) for label, seconds in samples.items()}
 
 
@@ -580,23 +618,19 @@ def costs(bridge: Any, token_file: Path, runs: int = 2000) -> dict[str, float]:
             token, trust, now=clock.now(), purpose="scope", user_id=(wire.claims_unverified(token) or {}).get("sub")
         ),
     )
-    with carrying(token):
-        micro("scope token: claims read unverified (client)", lambda: remote._presented(prepared.key, 1))
+    micro("scope token: claims read unverified (client)", lambda: remote._matching(token, prepared.key, 1))
     now = datetime.now(UTC)
     hits = [Hit(uuid.uuid4(), data.entries[n][0], 0.9, now, now) for n in range(5)]
     for count in (1, SUBQUERIES):
-        vectors = [data.vectors[q] for q in data.queries[:count]]
-        request = pb.SearchRequest(embeddings=[pb.Vector(values=v) for v in vectors], operation="load", explicit=True)
-        raw = request.SerializeToString()
+        queries = data.queries[:count]
+        raw = pb.RecallRequest(queries=queries, operation="load").SerializeToString()
         micro(
-            f"SearchRequest x{count}: build + serialize (client)",
-            lambda vectors=vectors: pb.SearchRequest(
-                embeddings=[pb.Vector(values=v) for v in vectors], operation="load", explicit=True
-            ).SerializeToString(),
+            f"RecallRequest x{count}: build + serialize (client)",
+            lambda queries=queries: pb.RecallRequest(queries=queries, operation="load").SerializeToString(),
         )
         micro(
-            f"SearchRequest x{count}: parse + list(values) (service)",
-            lambda raw=raw: [list(v.values) for v in pb.SearchRequest.FromString(raw).embeddings],
+            f"RecallRequest x{count}: parse + queries (service)",
+            lambda raw=raw: list(pb.RecallRequest.FromString(raw).queries),
         )
         reply = pb.SearchReply(results=[pb.Hits(hits=[messages.hit(h) for h in hits]) for _ in range(count)])
         answer = reply.SerializeToString()
@@ -612,7 +646,7 @@ def costs(bridge: Any, token_file: Path, runs: int = 2000) -> dict[str, float]:
                 [remote._hit(h) for h in result.hits] for result in pb.SearchReply.FromString(answer).results
             ],
         )
-        result[f"SearchRequest x{count} bytes"] = float(len(raw))
+        result[f"RecallRequest x{count} bytes"] = float(len(raw))
     micro("identity token: file read (client, each call)", lambda: token_file.read_text(encoding="ascii").strip())
     return result
 
@@ -679,38 +713,30 @@ def decomposition(calls: dict[str, float], served: dict[str, list[float]], runs:
         },
     }
     for op in OPS:
-        work, handler = ("write", "write") if op == "save" else ("search_many", "search")
-        local_admit, local_work = calls[f"{op} in-process: admit"], calls[f"{op} in-process: {work}"]
-        client_admit, client_work = calls[f"{op} service: Admit"], calls[f"{op} service: {work}"]
-        admit_handler, admission = chunk("handler admit", OPS, op), chunk("store admit", OPS, op)
-        work_ops = ("save",) if op == "save" else ("search", "prefetch")
-        work_handler = chunk(f"handler {handler}", work_ops, op)
-        # the servicers as gRPC runs them (older samples have none: the handlers then)
-        admit_servicer = chunk("servicer Admit", OPS, op) if "servicer Admit" in served else admit_handler
-        name = f"servicer {handler.capitalize()}"
-        work_servicer = chunk(name, work_ops, op) if name in served else work_handler
-        served_work = tail(
-            "store write" if op == "save" else f"store search_many x{SUBQUERIES if op == 'prefetch' else 1}"
-        )
+        work = "write" if op == "save" else "search_many"
+        call = "Remember" if op == "save" else "Recall"
+        count = 1 if op in ("search", "save") else SUBQUERIES
+        local = {step: calls[f"{op} in-process: {step}"] for step in ("admit", "embed", work)}
+        client = calls[f"{op} service: {call}"]
+        calling = ("save",) if op == "save" else ("search", "prefetch")  # the operations each call served, in order
+        handler = chunk(f"handler {call.lower()}", calling, op)
+        servicer = chunk(f"servicer {call}", calling, op) if f"servicer {call}" in served else handler
+        admission, embedding = chunk("store admit", OPS, op), tail(f"embed x{count}")
+        served_work = tail("store write" if op == "save" else f"store search_many x{count}")
         terms = {
-            "transport, 2 calls": (client_admit - admit_servicer) + (client_work - work_servicer),
-            "servicers outside the handlers": (admit_servicer - admit_handler) + (work_servicer - work_handler),
-            "identity + scope token, 2 calls": 2 * (identity + token),
-            "admission, service - in-process": admission - local_admit,
-            f"{work}, service - in-process": served_work - local_work,
-            "rest of the handlers": (admit_handler - identity - token - admission)
-            + (work_handler - identity - token - served_work),
+            "transport, 1 call": client - servicer,
+            "servicer outside the handler": servicer - handler,
+            "identity + scope token": identity + token,
+            "admission, service - in-process": admission - local["admit"],
+            "embedding, service - in-process": embedding - local["embed"],
+            f"{work}, service - in-process": served_work - local[work],
+            "rest of the handler": handler - identity - token - admission - embedding - served_work,
         }
         result[op] = {
-            "in_process": {"admit": local_admit, work: local_work},
-            "client": {"Admit": client_admit, handler.capitalize(): client_work},
-            "handlers": {
-                "Admit": admit_handler,
-                "Admit: admission": admission,
-                handler.capitalize(): work_handler,
-                f"{handler.capitalize()}: {work}": served_work,
-            },
-            "added_ms": client_admit + client_work - local_admit - local_work,
+            "in_process": local,
+            "client": {call: client},
+            "handlers": {call: handler, "admission": admission, "embedding": embedding, work: served_work},
+            "added_ms": client - sum(local.values()),
             "terms_ms": terms,
         }
     return result
@@ -744,6 +770,7 @@ async def run(
 
     from kagent_memory_governed.adk.service import GovernedMemoryService
     from kagent_memory_governed.embedded import start
+    from kagent_memory_governed.embedding import Embedders, EmbeddingModel, OpenAIEmbedder
     from kagent_memory_governed.keys import LocalKeyStore
     from kagent_memory_governed.policy import Policy
     from kagent_memory_governed.service import server
@@ -785,13 +812,20 @@ async def run(
         kube_key = rsa_key()
         kube.keys = [kube_key]
         pod_token = stack.enter_context(rotated(directory / "pod-token", kube_key, AGENT))
+        provider, provider_url = start_embeddings(directory)
+        stack.callback(provider.wait, 30)
+        stack.callback(provider.terminate)
+        model = EmbeddingModel(url=provider_url, model="bench-768")  # every arm's, the same provider
+        (directory / "bench-embeddings.json").write_text(json.dumps({"*": model.model_dump(mode="json")}))
+        embedder = OpenAIEmbedder(model)  # the in-process arm's, the runtime's own
         extra = {
             "KAGENT_GOVERNED_MEMORY_KEY_STORE": f"file://{key_store}",
             "KAGENT_GOVERNED_MEMORY_TLS_CERT": str(cert),
             "KAGENT_GOVERNED_MEMORY_TLS_KEY": str(tls_key),
+            "KAGENT_GOVERNED_MEMORY_EMBEDDINGS": str(directory / "bench-embeddings.json"),
         }
         planes: list[Any] = []
-        clients: list[Any] = []
+        clients: list[Any] = [embedder]
         try:
             env = environment(directory, bridge, url, kube, **extra)
             command = [str(Path(sys.executable).parent / "kagent-memory-governed"), "serve"]
@@ -806,8 +840,8 @@ async def run(
                 await client.refresh_policy()
                 local = connect()
                 arms = [
-                    Arm("in-process", local, GovernedMemoryService(local, data.embed)),
-                    Arm("service", client, GovernedMemoryService(client, data.embed)),
+                    Arm("in-process", GovernedMemoryService(local.plane(embedder))),
+                    Arm("service", GovernedMemoryService(client)),
                 ]
                 if same_loop:
                     from cluster import AUDIENCE
@@ -830,6 +864,7 @@ async def run(
                         public_key=bridge.private_key.public_key(),
                         issuer=ISSUER,
                         homeserver=HOMESERVER,
+                        embedders=Embedders({"*": model}),
                     )
                     grpc_server, port = server.build(
                         plane, "127.0.0.1:0", tls=server.ServerTLS(cert.read_bytes(), tls_key.read_bytes())
@@ -838,14 +873,14 @@ async def run(
                     planes.append((grpc_server, identity))
                     near = RemoteStore.connect(f"https://127.0.0.1:{port}", token_file=pod_token, ca_file=ca)
                     clients.append(near)
-                    arms.append(Arm("same loop", near, GovernedMemoryService(near, data.embed)))
+                    arms.append(Arm("same loop", GovernedMemoryService(near)))
                 unary = unary_store(RemoteStore).connect(serve.url, token_file=pod_token, ca_file=ca)
                 clients.append(unary)
-                arms.append(Arm("service unary", unary, GovernedMemoryService(unary, data.embed)))
+                arms.append(Arm("service unary", GovernedMemoryService(unary)))
                 for name, other in others.items():
                     patched = RemoteStore.connect(other.url, token_file=pod_token, ca_file=ca)
                     clients.append(patched)
-                    arms.append(Arm(f"service {name}", patched, GovernedMemoryService(patched, data.embed)))
+                    arms.append(Arm(f"service {name}", GovernedMemoryService(patched)))
                 result["serve_trees"] = {name: str(tree) for name, tree in (serve_trees or {}).items()}
                 result["side_by_side"] = await side_by_side(arms, prep, bridge, data, runs, warmup, entries)
             finally:
@@ -861,7 +896,7 @@ async def run(
                     clients.append(client)
                     load_before = os.getloadavg()
                     calls = await call_by_call(
-                        connect(), client, prep, bridge, data, breakdown_runs, min(warmup, 10), entries
+                        connect(), embedder, client, prep, bridge, data, breakdown_runs, min(warmup, 10), entries
                     )
                     load_after = os.getloadavg()
                 finally:
@@ -881,7 +916,7 @@ async def run(
                 result["breakdown"] = breakdown
         finally:
             for client in clients:
-                await client.close()
+                await (client.aclose() if client is embedder else client.close())
             for grpc_server, identity in planes:
                 await grpc_server.stop(None)
                 await identity.aclose()
@@ -995,6 +1030,8 @@ async def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--timed-serve":
         sys.exit(timed_serve(Path(sys.argv[2])))
+    if len(sys.argv) == 3 and sys.argv[1] == "--embeddings-serve":
+        sys.exit(embeddings_serve(Path(sys.argv[2])))
     if len(sys.argv) == 5 and sys.argv[1] == "--echo-serve":
         sys.exit(echo_serve(*(Path(argument) for argument in sys.argv[2:])))
     asyncio.run(main())

@@ -7,6 +7,7 @@ Unset: one embedded PostgreSQL 18 + pgvector server per test session.
 
 from __future__ import annotations
 
+import asyncio
 import os
 
 # kagent-adk reads these when it builds an app; the runtime tests never reach a controller.
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
     from service import Service
 
     from kagent_memory_governed.adk.runtime import Runtime
+    from kagent_memory_governed.testing import CountingEmbedder
 
 # Each test process (each xdist worker) keeps its entry keys apart, never in the user's data directory: two
 # processes erasing scopes of the same name in their own databases must not destroy each other's keys. In this
@@ -147,12 +149,32 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Cluster, Ke
 
 
 @pytest.fixture(scope="session")
+async def service_embeds_with_the_suites_embedder(governed_embedder: CountingEmbedder) -> AsyncIterator[None]:
+    """Through the service, the service embeds, calling the provider on loopback in this process
+    (``testing.embedding_server``): its answers are the suite's ``CountingEmbedder``'s, run on this session's loop, so
+    a test counts, gates and fails the service's embeddings as it does the runtime's in process."""
+    from kagent_memory_governed.testing.embedder import embedding_server
+
+    loop, server = asyncio.get_running_loop(), embedding_server()
+
+    def batch(texts: list[str]) -> list[list[float]]:
+        if loop.is_running():  # an async test awaits the service: its loop runs the embedder (a gate may hold it)
+            return asyncio.run_coroutine_threadsafe(governed_embedder(texts), loop).result(60)
+        return asyncio.run(governed_embedder(texts))  # a synchronous test holds this thread: a loop of its own
+
+    server.batch = batch
+    yield
+    server.batch = None
+
+
+@pytest.fixture(scope="session")
 def memory_service(
     tmp_path_factory: pytest.TempPathFactory,
     database_url: str,
     governed_private_key: Ed25519PrivateKey,
     kube: tuple[Cluster, Key],
     store: Store,
+    service_embeds_with_the_suites_embedder: None,
 ) -> Iterator[Service]:
     """``kagent-memory-governed serve`` over the suite's database and key store, for the session (remote mode)."""
     from service import running

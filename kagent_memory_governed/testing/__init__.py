@@ -15,7 +15,13 @@ from kagent_memory_governed import lazy
 if TYPE_CHECKING:
     from kagent_memory_governed.testing.agent import CARD, CONFIG, A2AClient, build_app, new_context, reply_text
     from kagent_memory_governed.testing.bridge import AGENT, HOMESERVER, ISSUER, Bridge, b64, compact
-    from kagent_memory_governed.testing.embedder import CountingEmbedder, embed, local_embedder, openai_compatible_url
+    from kagent_memory_governed.testing.embedder import (
+        CountingEmbedder,
+        EmbeddingServer,
+        embed,
+        local_embedder,
+        openai_compatible_url,
+    )
     from kagent_memory_governed.testing.model import ScriptedModel, system_instruction
 
 # Imported on first use: the package's pytest plugin (``testing.plugin``, loaded by every pytest session where this
@@ -26,7 +32,7 @@ __getattr__ = lazy.names(
     {
         "agent": "CARD CONFIG A2AClient build_app new_context reply_text",
         "bridge": "AGENT HOMESERVER ISSUER Bridge b64 compact",
-        "embedder": "CountingEmbedder embed local_embedder openai_compatible_url",
+        "embedder": "CountingEmbedder EmbeddingServer embed local_embedder openai_compatible_url",
         "model": "ScriptedModel system_instruction",
     },
     globals(),
@@ -46,6 +52,7 @@ __all__ = [
     "A2AClient",
     "Bridge",
     "CountingEmbedder",
+    "EmbeddingServer",
     "ScriptedModel",
     "b64",
     "build_app",

@@ -13,6 +13,7 @@ import json
 import math
 import re
 import threading
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS
@@ -60,23 +61,26 @@ class CountingEmbedder:
 
 
 class _Embeddings(BaseHTTPRequestHandler):
-    """``POST /v1/embeddings`` of the OpenAI API, answered with ``embed`` of each input (``dimensions`` ignored)."""
+    """``POST /v1/embeddings`` of the OpenAI API, answered with the server's ``vector`` of each input (``dimensions``
+    ignored)."""
 
     protocol_version = "HTTP/1.1"
+    server: EmbeddingServer
 
     def do_POST(self) -> None:  # noqa: N802  # http.server's name
         size = int(self.headers.get("content-length") or 0)
         try:
             body = json.loads(self.rfile.read(size))
             texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
-            answer: dict[str, object] = {
-                "object": "list",
-                "model": body.get("model", ""),
-                "data": [{"object": "embedding", "index": i, "embedding": embed(t)} for i, t in enumerate(texts)],
-            }
+            batch = self.server.batch
+            vectors = batch(texts) if batch is not None else [self.server.vector(text) for text in texts]
+            data = [{"object": "embedding", "index": i, "embedding": list(v)} for i, v in enumerate(vectors)]
+            answer: dict[str, object] = {"object": "list", "model": body.get("model", ""), "data": data}
             status = 200 if self.path.rstrip("/").endswith("/embeddings") else 404
         except (ValueError, KeyError, TypeError):
             answer, status = {"error": {"message": "bad request"}}, 400
+        except Exception:  # the embedder behind it failed: a provider's 500
+            answer, status = {"error": {"message": "embedding failed"}}, 500
         raw = json.dumps(answer).encode()
         self.send_response(status)
         self.send_header("content-type", "application/json")
@@ -88,16 +92,36 @@ class _Embeddings(BaseHTTPRequestHandler):
         pass  # what a request carries is never printed
 
 
-_served: list[str] = []
+class EmbeddingServer(ThreadingHTTPServer):
+    """An OpenAI-compatible embeddings server on loopback answering ``vector(text)`` (default: ``embed``); its base
+    URL is ``url``. ``serve_forever`` serves it (on a thread, or a process of its own: a benchmark's)."""
+
+    daemon_threads = True
+
+    def __init__(self, vector: Callable[[str], list[float]] = embed, port: int = 0) -> None:
+        super().__init__(("127.0.0.1", port), _Embeddings)
+        self.vector = vector
+        # answers a whole request instead of ``vector``, when set: a test's own embedder (``CountingEmbedder``)
+        self.batch: Callable[[list[str]], Sequence[Sequence[float]]] | None = None
+        self.url = f"http://127.0.0.1:{self.server_address[1]}/v1"
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass  # a caller that went away (its timeout, its process stopped) is no error of the provider's
+
+
+_served: list[EmbeddingServer] = []
+
+
+def embedding_server() -> EmbeddingServer:
+    """This process's ``EmbeddingServer`` answering ``embed``, started on first use on a daemon thread: the memory
+    service's embedding provider in tests (the deterministic embedder, over the real HTTP wire)."""
+    if not _served:
+        server = EmbeddingServer()
+        threading.Thread(target=server.serve_forever, name="embeddings", daemon=True).start()
+        _served.append(server)
+    return _served[0]
 
 
 def openai_compatible_url() -> str:
-    """The base URL (``http://127.0.0.1:<port>/v1``) of an OpenAI-compatible embeddings server answering ``embed``
-    on loopback, started once per process on a daemon thread: the memory service's embedding provider in tests and
-    benchmarks (the deterministic embedder, over the real HTTP wire)."""
-    if not _served:
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _Embeddings)
-        server.daemon_threads = True
-        threading.Thread(target=server.serve_forever, name="embeddings", daemon=True).start()
-        _served.append(f"http://127.0.0.1:{server.server_address[1]}/v1")
-    return _served[0]
+    """The base URL (``http://127.0.0.1:<port>/v1``) of ``embedding_server``."""
+    return embedding_server().url
