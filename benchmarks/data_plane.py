@@ -284,26 +284,26 @@ class Data:
         return self.vectors[text]
 
 
-def embeddings_serve(port_file: Path) -> int:
-    """The embedding provider of every arm: an OpenAI-compatible server answering ``Data``'s vectors, in a process of
-    its own (its threads take no time from the arms' event loops); its port goes to ``port_file``. Runs until
-    SIGTERM."""
+def embeddings_serve(port_file: Path, vectors: str = "data") -> int:
+    """The embedding provider of every arm: an OpenAI-compatible server answering ``Data``'s vectors (``vectors``
+    ``data``) or the deterministic embedder's (``hashed``), in a process of its own (its threads take no time from the
+    arms' event loops); its base URL goes to ``port_file``. Runs until SIGTERM."""
     import signal
 
-    from kagent_memory_governed.testing import EmbeddingServer
+    from kagent_memory_governed.testing import EmbeddingServer, embed
 
-    server = EmbeddingServer(Data().vector)
+    server = EmbeddingServer(Data().vector if vectors == "data" else embed)
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown).start())
     port_file.write_text(server.url)
     server.serve_forever()
     return 0
 
 
-def start_embeddings(directory: Path) -> tuple[subprocess.Popen[bytes], str]:
+def start_embeddings(directory: Path, vectors: str = "data") -> tuple[subprocess.Popen[bytes], str]:
     """``embeddings_serve`` in a process of its own, once it listens: the process and its base URL."""
     url_file = directory / "embeddings.url"
     url_file.unlink(missing_ok=True)
-    process = subprocess.Popen([sys.executable, str(SCRIPT), "--embeddings-serve", str(url_file)])
+    process = subprocess.Popen([sys.executable, str(SCRIPT), "--embeddings-serve", str(url_file), vectors])
     deadline = time.monotonic() + 30
     while not (url_file.exists() and url_file.read_text()):
         if process.poll() is not None or time.monotonic() > deadline:
@@ -1030,8 +1030,8 @@ async def main() -> None:
 if __name__ == "__main__":
     if len(sys.argv) == 3 and sys.argv[1] == "--timed-serve":
         sys.exit(timed_serve(Path(sys.argv[2])))
-    if len(sys.argv) == 3 and sys.argv[1] == "--embeddings-serve":
-        sys.exit(embeddings_serve(Path(sys.argv[2])))
+    if len(sys.argv) == 4 and sys.argv[1] == "--embeddings-serve":
+        sys.exit(embeddings_serve(Path(sys.argv[2]), sys.argv[3]))
     if len(sys.argv) == 5 and sys.argv[1] == "--echo-serve":
         sys.exit(echo_serve(*(Path(argument) for argument in sys.argv[2:])))
     asyncio.run(main())

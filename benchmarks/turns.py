@@ -6,10 +6,12 @@ against a memory-free one at the median, with the store in-process and through t
 
 **The agent** is what the runtime tests build (``tests/runtime/test_runtime.py``): ``testing.build_app`` with a
 ``ScriptedModel`` (it answers at once: no provider, no tool call; a summary answers one fact) and the local
-embedder (hashed words, no provider), governed memory installed by ``install()``, A2A ``message/send`` requests sent
-as the bridge sends them (``testing.A2AClient`` over ``httpx.ASGITransport``, so the HTTP server is left out). The
-model answering at once makes every figure here the worst case for memory's share of a turn: with a real model a
-turn takes seconds, and what memory adds is the same milliseconds.
+embedder (hashed words) behind an OpenAI-compatible server in a process of its own, the same provider for both arms
+(in process the runtime calls it, through the service the service does), governed memory installed by
+``install()``, A2A ``message/send`` requests sent as the bridge sends them (``testing.A2AClient`` over
+``httpx.ASGITransport``, so the HTTP server is left out). The model answering at once makes every figure here the
+worst case for memory's share of a turn: with a real model a turn takes seconds, and what memory adds is the same
+milliseconds.
 
 **Turns**: each of ``--users`` users (a sender and a control room of their own) sends ``--turns`` turns one after
 another, all users at once, in sessions of ``--session-turns`` turns. A *memory-free* turn carries no
@@ -17,7 +19,8 @@ another, all users at once, in sessions of ``--session-turns`` turns. A *memory-
 for a consented scope holding 100 entries: every turn verifies it and records the turn (``RecordTurn``); the first
 turn of a session prefetches (its two sentences, two subqueries over the 100 entries, found facts added to the
 instruction); the fifth admitted turn of a session starts an auto-save in the background (collect the turns, admit
-the summary, the model's summary, admit, embed and write its one fact, which is already stored: deduplicated), which
+the summary, the model's summary, then admit, embed and write its one fact in one call, which is already stored:
+deduplicated), which
 competes with the other users' turns as it would in a pod. Phases of free and enabled turns alternate (``--rounds``
 of each, in the order free-enabled, enabled-free, ...); the auto-saves of a phase are drained before the next
 starts. Each round has fresh scopes, so neither the sender's rate nor the scope's hourly ceiling is met.
@@ -78,10 +81,10 @@ async def arm(config: dict[str, Any]) -> dict[str, Any]:
     from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
     from kagent_memory_governed import install
+    from kagent_memory_governed.embedding import EmbeddingModel, OpenAIEmbedder
     from kagent_memory_governed.errors import GovernedMemoryError, Operation
     from kagent_memory_governed.settings import Settings
     from kagent_memory_governed.testing import HOMESERVER, ISSUER, A2AClient, Bridge, ScriptedModel, build_app
-    from kagent_memory_governed.testing.embedder import local_embedder
 
     private_key = load_pem_private_key(await asyncio.to_thread(Path(config["bridge_key"]).read_bytes), password=None)
     bridge = Bridge(private_key=private_key)  # type: ignore[arg-type]
@@ -94,7 +97,7 @@ async def arm(config: dict[str, Any]) -> dict[str, Any]:
             service_token=Path(config["service_token"]),
             key_store=None,
         )
-        runtime = install(settings=settings, embedder=local_embedder)
+        runtime = install(settings=settings)  # the service embeds, with the same provider
         assert runtime.remote
     else:
         from kagent_memory_governed.keys import LocalKeyStore
@@ -102,11 +105,12 @@ async def arm(config: dict[str, Any]) -> dict[str, Any]:
         from kagent_memory_governed.store import Store
 
         store = Store.connect(config["url"], Policy(), keys=LocalKeyStore(Path(config["key_store"])))
-        runtime = install(settings=Settings(**trust), store=store, embedder=local_embedder)
+        model = EmbeddingModel(url=config["embedding_url"], model="local-hash-768")
+        runtime = install(settings=Settings(**trust), store=store, embedder=OpenAIEmbedder(model))
         assert not runtime.remote
     counts: Counter[str] = Counter()
     service = runtime.service
-    search, save, record = service.search, service.save, service.store.record_turn
+    search, save, record = service.search, service.save, service.plane.record
 
     async def counted_search(scope: Any, queries: list[str], operation: Operation) -> Any:
         try:
@@ -132,7 +136,7 @@ async def arm(config: dict[str, Any]) -> dict[str, Any]:
         return waiting
 
     service.search, service.save = counted_search, counted_save  # type: ignore[method-assign]
-    service.store.record_turn = counted_record  # type: ignore[method-assign]
+    service.plane.record = counted_record  # type: ignore[method-assign]
     model = ScriptedModel().script(summary=SUMMARY)
     if config.get("model_ms"):  # a provider's latency: the model waits (it does not compute) before each answer
         delay, answer = config["model_ms"] / 1000, model.generate_content_async
@@ -290,7 +294,7 @@ async def run(
     from cluster import rsa_key, serving
     from cryptography.hazmat.primitives import serialization
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
-    from data_plane import certificates, start_serve, stop_serve
+    from data_plane import certificates, start_embeddings, start_serve, stop_serve
     from service import environment, rotated
 
     from kagent_memory_governed.embedded import start
@@ -322,9 +326,13 @@ async def run(
         "cpus": os.cpu_count(),
         "arms": {},
     }
+    provider, provider_url = start_embeddings(directory, "hashed")  # every arm's embedding provider, one process
+    table = {"*": {"url": provider_url, "model": "local-hash-768"}}
+    (directory / "embeddings.json").write_text(json.dumps(table))
     try:
         await prep.migrate()
         base = {"url": url, "key_store": str(key_store), "bridge_key": str(directory / "bridge.key")}
+        base |= {"embedding_url": provider_url}
         base |= {"turns": turns, "session_turns": session_turns, "model_ms": model_ms}
         base |= {"profile": str(profile) if profile else None}
         for name in arms:
@@ -346,6 +354,7 @@ async def run(
                         "KAGENT_GOVERNED_MEMORY_KEY_STORE": f"file://{key_store}",
                         "KAGENT_GOVERNED_MEMORY_TLS_CERT": str(cert),
                         "KAGENT_GOVERNED_MEMORY_TLS_KEY": str(tls_key),
+                        "KAGENT_GOVERNED_MEMORY_EMBEDDINGS": str(directory / "embeddings.json"),
                     }
                     env = environment(directory, Bridge(private_key=private_key), url, kube, **extra)
                     command = [str(Path(sys.executable).parent / "kagent-memory-governed"), "serve"]
@@ -362,6 +371,8 @@ async def run(
             result["arms"][name] = row
     finally:
         await prep.close()
+        provider.terminate()
+        provider.wait(30)
     if work is None:
         shutil.rmtree(directory, ignore_errors=True)
     return result

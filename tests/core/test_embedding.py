@@ -95,7 +95,7 @@ def test_vectors_are_fitted_as_kagent_fits_them() -> None:
     assert fit([exact], 1)[0].tolist() == exact  # 768 as it is, not renormalized (kagent leaves it)
     [wider] = fit([[3.0] * 1024], 1)
     assert wider.shape == (768,) and math.isclose(float(numpy.linalg.norm(wider)), 1.0)
-    for bad, cause in [
+    cases: list[tuple[list[object], Cause]] = [
         ([[1.0] * 767], Cause.WRONG_DIMENSIONS),
         ([exact, exact], Cause.WRONG_COUNT),
         ([["x"] * 768], Cause.BAD_ANSWER),
@@ -103,7 +103,8 @@ def test_vectors_are_fitted_as_kagent_fits_them() -> None:
         ([[float("nan")] * 768], Cause.BAD_ANSWER),
         ([[[1.0] * 768]], Cause.BAD_ANSWER),
         (["a text"], Cause.BAD_ANSWER),
-    ]:
+    ]
+    for bad, cause in cases:
         with pytest.raises(GovernedMemoryError) as refused:
             fit(bad, 1)
         assert (refused.value.reason, refused.value.cause) == (Reason.EMBEDDING_FAILED, cause)
