@@ -9,7 +9,8 @@ which uv's cache usually holds), then ``uv pip install -c <that commit's locks/k
 ``drive(commit, phase, request)`` runs this very file as a script with that python (``python -P``, from a directory
 outside the checkout, so nothing of this checkout can be imported) and returns what the phase answered. The phases
 use only the previous release's public API: ``Store`` and the control API (``control.mount``, served over ASGI and
-called with the tokens its own ``bridge.ScopeSigner`` signs), as a replica and a bridge of that release would.
+called with the tokens its own ``bridge.ScopeSigner`` signs), as a replica and a bridge of that release would, and
+``RemoteStore``, as its agent runtime reaches a memory service.
 Every call's answer is recorded as the bridge or the operator sees it: ``[status, body]`` of a control call,
 ``["ok", value]`` or ``["refused", "<reason> (<cause>)"]`` of a store call, and ``["crashed", "<type>"]`` for
 anything else, which a test then fails on.
@@ -218,6 +219,26 @@ async def _serve(request: dict[str, Any]) -> dict[str, Any]:
         await replica.close()
 
 
+async def _runtime(request: dict[str, Any]) -> dict[str, Any]:
+    """The previous release's agent runtime against a memory service: its ``RemoteStore`` (two calls an operation,
+    the runtime embedding), each answer as recorded."""
+    from kagent_memory_governed.service import remote
+    from kagent_memory_governed.store import NewFact
+
+    client = remote.RemoteStore.connect(request["url"], token_file=Path(request["token_file"]))
+    key, generation, vector = _key(request["scope"]), request["generation"], request["vector"]
+    remote.carry(request["token"])
+    try:
+        return {
+            "admit save": await _store_call(client.admit(key, generation, "save", units=1, explicit=True)),
+            "write": await _store_call(client.write(key, generation, [NewFact(request["fact"], vector)])),
+            "admit load": await _store_call(client.admit(key, generation, "load", units=1, explicit=True)),
+            "search": await _store_call(client.search_many(key, generation, [vector])),
+        }
+    finally:
+        await client.close()
+
+
 def _json(value: Any) -> Any:
     import dataclasses
     import uuid
@@ -235,5 +256,5 @@ def _json(value: Any) -> Any:
 
 
 if __name__ == "__main__":
-    phase = {"seed": _seed, "serve": _serve}[sys.argv[1]]
+    phase = {"seed": _seed, "serve": _serve, "runtime": _runtime}[sys.argv[1]]
     sys.stdout.write(json.dumps(_json(asyncio.run(phase(json.loads(sys.stdin.read()))))) + "\n")

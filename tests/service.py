@@ -65,10 +65,11 @@ def environment(directory: Path, bridge: Bridge, database_url: str, kube: Cluste
     return env | {PREFIX + name: value for name, value in settings.items()} | extra
 
 
-def start(env: dict[str, str], log: Path) -> Service:
-    """``serve`` with ``env``, once its control API answers ready (polled, with a deadline)."""
+def start(env: dict[str, str], log: Path, command: str = COMMAND) -> Service:
+    """``serve`` with ``env`` (``command``: this release's console script, or another release's), once its control
+    API answers ready (polled, with a deadline)."""
     with log.open("w") as output:
-        process = subprocess.Popen([COMMAND, "serve"], env=env, stdout=output, stderr=subprocess.STDOUT)
+        process = subprocess.Popen([command, "serve"], env=env, stdout=output, stderr=subprocess.STDOUT)
     control = f"http://{env[PREFIX + 'CONTROL_ADDRESS']}"
     deadline = time.monotonic() + 60
     while True:  # a process coming up

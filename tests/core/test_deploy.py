@@ -42,6 +42,7 @@ from manifests import render, rendered
 from kagent_memory_governed import cli, health, metering
 from kagent_memory_governed.activation import ENVIRONMENT_SWITCH
 from kagent_memory_governed.adk import upstream
+from kagent_memory_governed.embedding import load_table
 from kagent_memory_governed.settings import Settings, _looks_like_ours
 from kagent_memory_governed.store.connection import parse
 
@@ -76,6 +77,7 @@ HCL = sorted(DEPLOY.rglob("*.hcl"))
 STORE_LABEL = "governed-memory/store-credentials"  # the pods that hold the store's credentials
 TLS_SECRET = "governed-memory-tls"
 # The Secrets that give their holder the store, or belong to the store's side: none of them may reach an agent pod.
+EMBEDDING_SECRET = "governed-memory-embedding-key"  # the embedding provider's key: the service's alone
 STORE_SECRETS = {
     "governed-memory-database-owner",
     "governed-memory-database",
@@ -584,8 +586,9 @@ def agent_errors(agent: dict[str, Any], release: str) -> list[str]:
 @pytest.mark.parametrize("overlay", OVERLAYS)
 def test_each_overlay_renders_the_base_the_service_and_its_agent_in_one_namespace(overlay: str) -> None:
     kinds = sorted(doc["kind"] for doc in rendered(overlay))
-    expected = ["Agent", "ConfigMap", "ConfigMap", "CronJob", "Deployment", "Job", "PodDisruptionBudget", "Service"]
-    expected += ["NetworkPolicy"] * 4 + ["ServiceAccount"] + (["ConfigMap"] if overlay.startswith("byo") else [])
+    expected = ["Agent", "CronJob", "Deployment", "Job", "PodDisruptionBudget", "Service"]
+    expected += ["ConfigMap"] * 3  # the OpenBao Agent's configuration, the migrate Job's image, the embedding models
+    expected += ["NetworkPolicy"] * 5 + ["ServiceAccount"] + (["ConfigMap"] if overlay.startswith("byo") else [])
     assert kinds == sorted(expected)
     assert {doc["metadata"]["namespace"] for doc in rendered(overlay)} == {"kagent"}
 
@@ -904,6 +907,28 @@ def test_no_agent_holds_a_database_url_password_or_key_store_token_or_url(overla
     assert not held & STORE_SECRETS
 
 
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_the_service_embeds_and_no_agent_holds_an_embedding_credential(overlay: str, tmp_path: Path) -> None:
+    (agent,) = of_kind("Agent", overlay)
+    held = {ref["name"] for ref in find(agent, "secretKeyRef")} | set(find(agent, "secretName"))
+    assert EMBEDDING_SECRET not in held and f"{PREFIX}EMBEDDINGS" not in json.dumps(agent)
+    (deployment,) = of_kind("Deployment", overlay)
+    (serve,) = [c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == "serve"]
+    env = {variable["name"]: variable.get("value") for variable in serve["env"]}
+    table_path = Path(env[f"{PREFIX}EMBEDDINGS"])
+    mounts = {Path(mount["mountPath"]): mount["name"] for mount in serve["volumeMounts"]}
+    volumes = {volume["name"]: volume for volume in deployment["spec"]["template"]["spec"]["volumes"]}
+    table_volume = volumes[mounts[table_path.parent]]
+    named = table_volume["configMap"]["name"]
+    (config_map,) = [m for m in of_kind("ConfigMap", overlay) if m["metadata"]["name"] == named]
+    (tmp_path / "embeddings.json").write_text(config_map["data"][table_path.name])
+    table = load_table(tmp_path / "embeddings.json")  # as serve reads it
+    assert set(table) == {"*"} and table["*"].credential_file is not None
+    key_file = table["*"].credential_file
+    assert volumes[mounts[key_file.parent]]["secret"]["secretName"] == EMBEDDING_SECRET
+    assert EMBEDDING_SECRET in {s["metadata"]["name"] for s in secrets()}
+
+
 def test_the_credential_scan_finds_each_way_an_agent_could_be_handed_the_store() -> None:
     (agent,) = of_kind("Agent", "declarative-0.10.4")
     change: Callable[[dict[str, Any]], object]
@@ -1165,7 +1190,9 @@ def test_the_pods_holding_the_store_reach_postgresql_openbao_dns_and_the_api_ser
         assert admitted(found, pod, POSTGRES_PLACEHOLDER, ports["postgresql"]), kind
         assert admitted(found, pod, OPENBAO, ports["openbao"]) and admitted(found, pod, DNS, 53, "UDP"), kind
         assert admitted(found, pod, API_SERVER_PLACEHOLDER, 6443), kind
-        for target, port in ((PUBLIC, 443), (PUBLIC, 5432), (PRIVATE, 5432), (SOMEONE, 8080), (CONTROLLER, 8083)):
+        # the service alone reaches its embedding provider (HTTPS on public addresses, as agents reach their model)
+        assert admitted(found, pod, PUBLIC, 443) is (kind == "Deployment"), kind
+        for target, port in ((PUBLIC, 5432), (PRIVATE, 443), (PRIVATE, 5432), (SOMEONE, 8080), (CONTROLLER, 8083)):
             assert not admitted(found, pod, target, port), (kind, target, port)
         opened = set()
         for rule, _ in rules(found, pod, "Egress") or []:
