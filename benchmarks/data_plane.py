@@ -183,19 +183,18 @@ def echo_serve(port_file: Path, certificate: Path, private_key: Path) -> int:
     return 0
 
 
-def start_echo(certificate: Path, private_key: Path) -> tuple[subprocess.Popen[bytes], int]:
-    """``echo_serve`` in a process of its own, once it listens: the process and its port."""
-    port_file = certificate.parent / "echo.port"
-    port_file.unlink(missing_ok=True)
-    command = [sys.executable, str(SCRIPT), "--echo-serve", str(port_file), str(certificate), str(private_key)]
-    process = subprocess.Popen(command)
+def start_mode(mode: str, answer: Path, *arguments: str) -> tuple[subprocess.Popen[bytes], str]:
+    """This script's ``mode`` (``--echo-serve``, ``--embeddings-serve``) in a process of its own, once it has written
+    ``answer`` (it listens then): the process and what it wrote (its port, its URL)."""
+    answer.unlink(missing_ok=True)
+    process = subprocess.Popen([sys.executable, str(SCRIPT), mode, str(answer), *arguments])
     deadline = time.monotonic() + 30
-    while not (port_file.exists() and port_file.read_text()):
+    while not (answer.exists() and answer.read_text()):
         if process.poll() is not None or time.monotonic() > deadline:
             process.kill()
-            raise RuntimeError("the echo server did not start")
+            raise RuntimeError(f"{mode} did not start")
         time.sleep(0.05)
-    return process, int(port_file.read_text())
+    return process, answer.read_text()
 
 
 async def grpc_floor(
@@ -206,7 +205,9 @@ async def grpc_floor(
     of eight (24 KB)."""
     import grpc
 
-    process, port = start_echo(certificate, private_key)
+    echo = (certificate.parent / "echo.port", str(certificate), str(private_key))
+    process, listening = start_mode("--echo-serve", *echo)
+    port = int(listening)
     try:
         credentials = grpc.ssl_channel_credentials(root_certificates=await asyncio.to_thread(ca.read_bytes))
         options = [("grpc.max_receive_message_length", 1 << 20), ("grpc.max_send_message_length", 1 << 20)]
@@ -301,16 +302,7 @@ def embeddings_serve(port_file: Path, vectors: str = "data") -> int:
 
 def start_embeddings(directory: Path, vectors: str = "data") -> tuple[subprocess.Popen[bytes], str]:
     """``embeddings_serve`` in a process of its own, once it listens: the process and its base URL."""
-    url_file = directory / "embeddings.url"
-    url_file.unlink(missing_ok=True)
-    process = subprocess.Popen([sys.executable, str(SCRIPT), "--embeddings-serve", str(url_file), vectors])
-    deadline = time.monotonic() + 30
-    while not (url_file.exists() and url_file.read_text()):
-        if process.poll() is not None or time.monotonic() > deadline:
-            process.kill()
-            raise RuntimeError("the embedding provider did not start")
-        time.sleep(0.05)
-    return process, url_file.read_text()
+    return start_mode("--embeddings-serve", directory / "embeddings.url", vectors)
 
 
 @dataclass(frozen=True)
