@@ -13,6 +13,7 @@ reaches an exception, a log line or a metric (the provider's body is never read 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import ssl
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -23,7 +24,8 @@ import httpx
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from kagent_memory_governed.errors import Cause, ConfigurationError, GovernedMemoryError, Reason, http_cause
-from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS
+from kagent_memory_governed.policy import EMBEDDING_DIMENSIONS, admit_embedding
+from kagent_memory_governed.scope import AgentId
 
 if TYPE_CHECKING:
     import numpy
@@ -46,7 +48,9 @@ class EmbeddingModel(BaseModel):
     credential_file: Path | None = None  # a file holding the API key, read for each call (the operator rotates it)
     ca_file: Path | None = None  # the PEM CA the endpoint's certificate is verified against (default: the system's)
     dimensions: int | None = Field(default=EMBEDDING_DIMENSIONS, ge=EMBEDDING_DIMENSIONS)  # ``null``: not sent
-    timeout_seconds: float = Field(default=10.0, gt=0, le=60)  # the whole call: connect, send, answer
+    # the whole call, every batch: connect, send, answer; below the service's bound on a handler (10 s), so a slow
+    # provider is refused embedding_failed (timeout) before the call itself runs out of time
+    timeout_seconds: float = Field(default=5.0, gt=0, le=8)
     max_answer_bytes: int = Field(default=4 << 20, ge=1024, le=64 << 20)  # an answer past it is refused unread
     max_batch: int = Field(default=64, ge=1, le=2048)  # texts a request carries; more are sent in several
 
@@ -69,42 +73,55 @@ def load_table(path: Path) -> dict[str, EmbeddingModel]:
         raise ConfigurationError(f"{name}: a JSON object of agents, at least one", code="invalid")
     models = {}
     for agent, entry in table.items():
+        if not _is_agent_name(agent):
+            raise ConfigurationError(f"{name}: a key that is not <namespace>/<name> or {DEFAULT}", code="invalid")
         try:
             models[agent] = EmbeddingModel.model_validate(entry, strict=False)
         except ValidationError as error:
             fields = sorted({str(problem["loc"][0]) for problem in error.errors() if problem["loc"]})
-            where = f"{agent!r}" if _is_agent_name(agent) else "an entry"
-            raise ConfigurationError(f"{name}: {where}: invalid {', '.join(fields) or 'entry'}") from None
+            raise ConfigurationError(f"{name}: {agent!r}: invalid {', '.join(fields) or 'entry'}") from None
     return models
 
 
 def _is_agent_name(text: str) -> bool:
-    return text == DEFAULT or (len(text) <= 128 and text.count("/") == 1 and text.replace("/", "").isprintable())
+    if text == DEFAULT:
+        return True
+    try:
+        AgentId.parse(text)
+    except GovernedMemoryError:
+        return False
+    return True
 
 
-def fit(vectors: Sequence[object], count: int) -> list[NDArray[numpy.float64]]:
-    """``KAgentEmbedding``'s post-processing, checked: ``count`` vectors of finite numbers, each of 768 dimensions as
-    it is, or wider, truncated to 768 and L2-renormalized. A wrong count, a narrower vector or one that is not
-    numbers is ``embedding_failed`` (``wrong_count``, ``wrong_dimensions``, ``bad_answer``)."""
+def fit(vectors: Sequence[object], count: int) -> list[NDArray[numpy.float32]]:
+    """``KAgentEmbedding``'s post-processing, checked: ``count`` vectors of numbers, each of 768 dimensions as it is,
+    or wider, truncated to 768 and L2-renormalized; each then one the store takes (``policy.admit_embedding``: finite
+    in single precision, a norm it can divide by). A wrong count, a narrower vector or anything else is
+    ``embedding_failed`` (``wrong_count``, ``wrong_dimensions``, ``bad_answer``): the provider's fault, before the
+    store is asked."""
     import numpy  # with the first embedding: a client of the service that loads this module never does
 
     if len(vectors) != count:
         raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.WRONG_COUNT)
     fitted = []
     for vector in vectors:
-        values = numpy.asarray(vector) if isinstance(vector, list | tuple | numpy.ndarray) else None
+        try:
+            values = numpy.asarray(vector) if isinstance(vector, list | tuple | numpy.ndarray) else None
+        except ValueError:  # ragged
+            values = None
         if values is None or values.ndim != 1 or values.dtype.kind not in "fiu":  # text, objects, booleans, nesting
             raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.BAD_ANSWER)
         if values.shape[0] < EMBEDDING_DIMENSIONS:
             raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.WRONG_DIMENSIONS)
         values = values.astype(numpy.float64)
-        if not numpy.isfinite(values).all():
-            raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.BAD_ANSWER)
-        if values.shape[0] > EMBEDDING_DIMENSIONS:
+        if values.shape[0] > EMBEDDING_DIMENSIONS and numpy.isfinite(values).all():
             values = values[:EMBEDDING_DIMENSIONS]
             norm = float(numpy.linalg.norm(values))
             values = values / norm if norm else values
-        fitted.append(values)
+        try:
+            fitted.append(admit_embedding(values[:EMBEDDING_DIMENSIONS]))
+        except GovernedMemoryError:
+            raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.BAD_ANSWER) from None
     return fitted
 
 
@@ -132,11 +149,15 @@ class OpenAIEmbedder:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def __call__(self, texts: list[str]) -> list[NDArray[numpy.float64]]:
-        vectors: list[NDArray[numpy.float64]] = []
-        for start in range(0, len(texts), self.model.max_batch):
-            batch = texts[start : start + self.model.max_batch]
-            vectors += fit(await self._request(batch), len(batch))
+    async def __call__(self, texts: list[str]) -> list[NDArray[numpy.float32]]:
+        vectors: list[NDArray[numpy.float32]] = []
+        try:
+            async with asyncio.timeout(self.model.timeout_seconds):  # httpx bounds each phase; this, the whole
+                for start in range(0, len(texts), self.model.max_batch):
+                    batch = texts[start : start + self.model.max_batch]
+                    vectors += fit(await self._request(batch), len(batch))
+        except TimeoutError:
+            raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.TIMEOUT) from None
         return vectors
 
     async def _request(self, texts: list[str]) -> list[object]:
@@ -148,7 +169,7 @@ class OpenAIEmbedder:
                 if answer.status_code != 200:  # its body may echo the input: never read
                     raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=_status_cause(answer.status_code))
                 raw = bytearray()
-                async for chunk in answer.aiter_raw():
+                async for chunk in answer.aiter_bytes():  # decoded (a provider may compress): bounded as decoded
                     raw += chunk
                     if len(raw) > self.model.max_answer_bytes:
                         raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.ANSWER_TOO_LARGE)
@@ -156,7 +177,7 @@ class OpenAIEmbedder:
             raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.TIMEOUT) from None
         except httpx.ConnectError as error:
             raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=_connect_cause(error)) from None
-        except httpx.HTTPError:
+        except (httpx.HTTPError, httpx.InvalidURL):
             raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.TRANSPORT) from None
         return _vectors(bytes(raw))
 
@@ -167,18 +188,22 @@ class OpenAIEmbedder:
             key = self.model.credential_file.read_text(encoding="utf-8").strip()
         except (OSError, UnicodeDecodeError):
             key = ""
-        if not key or not key.isprintable():
+        if not key or not key.isprintable() or not key.isascii():  # a header's value: never an exception's text
             raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.CREDENTIAL_UNREADABLE)
         return {"authorization": f"Bearer {key}", "api-key": key}  # OpenAI's header, and Azure OpenAI's
 
 
 def _vectors(raw: bytes) -> list[object]:
-    """The ``data[].embedding`` of an answer, ordered by each item's ``index`` (``bad_answer`` for anything else)."""
+    """The ``data[].embedding`` of an answer, ordered by each item's ``index``, which must number them 0 to n-1 when
+    given (``bad_answer`` for anything else)."""
     try:
-        answer = json.loads(raw)
-        items = answer["data"]
-        ordered = sorted(items, key=lambda item: item["index"]) if all("index" in item for item in items) else items
-        return [item["embedding"] for item in ordered]
+        items = json.loads(raw)["data"]
+        indices = [item["index"] for item in items if "index" in item]
+        if indices:
+            if sorted(indices) != list(range(len(items))):
+                raise ValueError("not 0 to n-1")
+            items = sorted(items, key=lambda item: item["index"])
+        return [item["embedding"] for item in items]
     except (ValueError, RecursionError, KeyError, TypeError):
         raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.BAD_ANSWER) from None
 
@@ -206,8 +231,9 @@ class Embedders:
 
     def __init__(self, table: Mapping[str, EmbeddingModel]) -> None:
         made: dict[EmbeddingModel, OpenAIEmbedder] = {}
-        for model in table.values():
-            made.setdefault(model, OpenAIEmbedder(model))
+        for model in table.values():  # a client a distinct model; a CA refused here leaves none open
+            if model not in made:
+                made[model] = OpenAIEmbedder(model)
         self._agents = {agent: made[model] for agent, model in table.items()}
         self._made = list(made.values())
 

@@ -80,8 +80,10 @@ class GovernedMemoryService(BaseMemoryService):
     # -- google-adk / kagent entry points --------------------------------------------------------
 
     async def search_memory(self, *, app_name: str, user_id: str, query: str) -> SearchMemoryResponse:
-        """Search the request's scope. Raises ``GovernedMemoryError`` when memory is refused."""
-        return SearchMemoryResponse(memories=await self.search(self._scope(user_id), [query], Operation.LOAD))
+        """Search the request's scope with ``query``, cut to ``prefetch_max_query_bytes`` as ``load_memory`` cuts it.
+        Raises ``GovernedMemoryError`` when memory is refused."""
+        clipped = conversation.clip_utf8(query, self.policy.prefetch_max_query_bytes)
+        return SearchMemoryResponse(memories=await self.search(self._scope(user_id), [clipped], Operation.LOAD))
 
     async def add_memory(
         self,

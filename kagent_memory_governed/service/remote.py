@@ -35,10 +35,12 @@ from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
 from kagent_memory_governed.service import wire
 from kagent_memory_governed.service.exchange import Exchange, channel, unavailable
-from kagent_memory_governed.service.plane import RequestScope
+from kagent_memory_governed.service.plane import SEARCH_MIN_SCORE, SEARCH_TOP_K, RequestScope
 from kagent_memory_governed.service.values import Fact, Hit, Turn
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# what admits, embeds and works: the service's bound on it and a second, so the runtime acts on its answer
+_WORK_DEADLINE = wire.DEFAULT_HANDLER_SECONDS + 1.0
 _scope_token: ContextVar[str | None] = ContextVar("governed_memory_scope_token", default=None)
 # the work this context's last ``admit`` checked: the service admits the search or write that follows as that work
 _admitted: ContextVar[tuple[str, bool]] = ContextVar("governed_memory_admitted", default=("", False))
@@ -222,9 +224,12 @@ class RemoteStore:
 
     async def recall(self, scope: RequestScope, queries: Sequence[str], operation: Operation) -> list[list[Hit]]:
         """``DataPlane.recall`` in one call: the service admits, embeds and searches."""
-        request = pb.RecallRequest(queries=list(queries), operation=str(operation))
-        reply = await self._call("recall", request, _token(scope))
-        if len(reply.results) != len(queries):
+        try:
+            request = pb.RecallRequest(queries=list(queries), operation=str(operation))
+        except (TypeError, ValueError):  # not text, or not encodable (a lone surrogate): never its text
+            raise GovernedMemoryError(Reason.BAD_INPUT) from None
+        reply = await self._call("recall", request, _token(scope), deadline=_WORK_DEADLINE)
+        if len(reply.results) != len(queries) or any(not _bounded(result.hits) for result in reply.results):
             raise unavailable(Cause.BAD_ANSWER)
         return [[_hit(hit) for hit in result.hits] for result in reply.results]
 
@@ -234,8 +239,11 @@ class RemoteStore:
         """``DataPlane.remember`` in one call: the service admits, embeds and writes."""
         if self._expiry_ceiling is not None:
             expires_in = self._expiry_ceiling if expires_in is None else min(expires_in, self._expiry_ceiling)
-        request = pb.RememberRequest(facts=list(facts), expires_in=expires_in, operation=str(operation))
-        reply = await self._call("remember", request, _token(scope))
+        try:
+            request = pb.RememberRequest(facts=list(facts), expires_in=expires_in, operation=str(operation))
+        except (TypeError, ValueError):  # not text or not encodable; an expiry past int64
+            raise GovernedMemoryError(Reason.BAD_INPUT) from None
+        reply = await self._call("remember", request, _token(scope), deadline=_WORK_DEADLINE)
         ids = [_uuid(entry) for entry in reply.entry_ids]
         if len(ids) != len(facts):
             raise unavailable(Cause.BAD_ANSWER)
@@ -256,15 +264,15 @@ class RemoteStore:
 
     # -- one call ---------------------------------------------------------------------------------
 
-    async def _call(self, kind: str, request: Any, scope_token: str | None) -> Any:
+    async def _call(self, kind: str, request: Any, scope_token: str | None, *, deadline: float | None = None) -> Any:
         """``request`` as the ``kind`` field of a ``Call`` on this loop's stream, presenting ``scope_token``; its
-        reply, or its refusal raised."""
+        reply, or its refusal raised, within ``deadline`` seconds (default: the client's)."""
         call = pb.Call(authorization=f"Bearer {self._bearer()}")
         if scope_token is not None:
             call.scope = scope_token
         getattr(call, kind).CopyFrom(request)
         try:
-            async with asyncio.timeout(self._deadline):
+            async with asyncio.timeout(deadline or self._deadline):
                 answer = await self._exchange().ask(call)
         except TimeoutError:
             raise unavailable(Cause.DEADLINE_EXCEEDED) from None
@@ -321,6 +329,12 @@ def _turns(reply: pb.CollectTurnsReply, asked: list[str]) -> list[Turn]:
     if any(turn.invocation_id not in set(asked) for turn in turns):
         raise unavailable(Cause.BAD_ANSWER)
     return turns
+
+
+def _bounded(hits: Sequence[pb.Hit]) -> bool:
+    """Whether one query's hits are what the service answers: at most ``SEARCH_TOP_K``, each scoring at least
+    ``SEARCH_MIN_SCORE`` (a NaN does not)."""
+    return len(hits) <= SEARCH_TOP_K and all(hit.score >= SEARCH_MIN_SCORE for hit in hits)
 
 
 def _uuid(value: str) -> uuid.UUID:

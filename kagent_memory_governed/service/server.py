@@ -210,10 +210,9 @@ class DataPlane:
     # -- the work of each call, on its verified scope ---------------------------------------------
 
     def _plane(self, scope: Scope) -> LocalPlane:
-        """The data plane of the scope's agent, embedding with its model; refused before any work without one."""
+        """The data plane of the scope's agent, embedding with its model (none: refused ``embedding_failed
+        (not_configured)`` once the input is checked, before anything is admitted, as in process)."""
         embedder = self._embedders.for_agent(str(scope.key.agent)) if self._embedders is not None else None
-        if embedder is None:
-            raise GovernedMemoryError(Reason.EMBEDDING_FAILED, cause=Cause.NOT_CONFIGURED)
         return LocalPlane(self._store, embedder)
 
     async def _recall(self, request: pb.RecallRequest, scope: Scope) -> pb.SearchReply:

@@ -17,7 +17,7 @@ from numpy.typing import NDArray
 from kagent_memory_governed import metering
 from kagent_memory_governed.embedding import Embedder, fit
 from kagent_memory_governed.errors import Cause, GovernedMemoryError, Operation, Reason, Result
-from kagent_memory_governed.policy import Policy, admit_fact
+from kagent_memory_governed.policy import Policy, admit_fact, admit_int
 from kagent_memory_governed.service.plane import (
     EXPLICIT,
     SEARCH_MIN_SCORE,
@@ -76,6 +76,8 @@ class LocalPlane:
         texts = [admit_fact(fact, self.policy) for fact in facts]
         if not texts or len(texts) > self.policy.entry_cap:
             raise GovernedMemoryError(Reason.BAD_INPUT)
+        if expires_in is not None:
+            admit_int(expires_in, low=1, high=2**63 - 1)  # refused here, before anything is admitted
         embedder = self._configured()
         await self._admit(scope, operation, len(texts))
         vectors = await _embed(embedder, texts)
@@ -101,7 +103,7 @@ class LocalPlane:
         return self._embedder
 
 
-async def _embed(embedder: Embedder, texts: list[str]) -> list[NDArray[numpy.float64]]:
+async def _embed(embedder: Embedder, texts: list[str]) -> list[NDArray[numpy.float32]]:
     """``texts`` embedded and fitted to 768 dimensions (``embedding.fit``); ``embedding_failed`` with a content-free
     cause otherwise, whatever the embedder raised (its text is never kept)."""
     try:

@@ -23,6 +23,7 @@ from kagent_memory_governed.service.plane import RequestScope
 from kagent_memory_governed.service.remote import RemoteStore
 from kagent_memory_governed.store import Store
 from kagent_memory_governed.testing import Bridge, embed, openai_compatible_url
+from kagent_memory_governed.testing.embedder import embedding_server
 
 SENTINEL = "ibex-sentinel-9c0e the user's safe combination is 4412"
 
@@ -82,6 +83,27 @@ async def test_a_load_and_a_save_are_rate_limited_per_sender_where_they_are_done
 async def test_what_cannot_be_done_is_refused_before_anything_is_admitted_or_embedded(
     store: Store, bridge: Bridge, client: RemoteStore, sql: asyncpg.Connection, tmp_path: Path
 ) -> None:
+    asked: list[list[str]] = []
+    provider = embedding_server()
+
+    def counted(texts: list[str]) -> list[list[float]]:
+        asked.append(texts)
+        return [embed(text) for text in texts]
+
+    provider.batch = counted
+    try:
+        await refused_before_any_work(store, bridge, client, sql, tmp_path)
+    finally:
+        provider.batch = None
+    assert asked == []  # the provider was never asked
+    scope = await granted(store, bridge)
+    assert len(await client.recall(scope, ["q" * 512] * 8, Operation.PREFETCH)) == 8  # the bounds themselves pass
+    assert await sql.fetchval(HOURLY) == 8
+
+
+async def refused_before_any_work(
+    store: Store, bridge: Bridge, client: RemoteStore, sql: asyncpg.Connection, tmp_path: Path
+) -> None:
     scope = await granted(store, bridge)
     for work, reason in [
         (client.recall(scope, ["q"] * 9, Operation.PREFETCH), Reason.BAD_INPUT),  # more than 8 subqueries
@@ -92,6 +114,8 @@ async def test_what_cannot_be_done_is_refused_before_anything_is_admitted_or_emb
         (client.remember(scope, ["x" * 600], Operation.SAVE), Reason.FACT_TOO_LARGE),
         (client.remember(scope, [], Operation.SAVE), Reason.BAD_INPUT),
         (client.remember(scope, ["fact"], Operation.PREFETCH), Reason.BAD_INPUT),  # not a write
+        (client.remember(scope, ["fact"], Operation.SAVE, expires_in=0), Reason.BAD_INPUT),  # no lifetime
+        (client.recall(scope, ["\ud800"], Operation.LOAD), Reason.BAD_INPUT),  # not encodable: refused by the client
     ]:
         assert await refusal(work) is reason
     assert await sql.fetchval(HOURLY) == 0
@@ -109,7 +133,10 @@ async def test_a_failing_provider_writes_nothing_and_no_text_leaves_the_service(
     caplog.set_level(logging.DEBUG)
 
     async def echoing(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        request = await reader.read(65536)  # echoes the input back, as some providers' errors do
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+        request = await reader.readexactly(length)  # echoed back, as some providers' errors do
+        assert SENTINEL.encode() in request
         body = json.dumps({"error": request.decode("utf-8", "replace")}).encode()
         writer.write(b"HTTP/1.1 500 X\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s" % (len(body), body))
         await writer.drain()

@@ -39,7 +39,12 @@ async def granted(store: Store, bridge: Bridge) -> tuple[ScopeKey, int, str]:
 
 @pytest.mark.long
 async def test_the_previous_releases_runtime_keeps_working_against_this_service(
-    store: Store, bridge: Bridge, database_url: str, kube: tuple[Cluster, Key], tmp_path: Path
+    store: Store,
+    bridge: Bridge,
+    database_url: str,
+    kube: tuple[Cluster, Key],
+    tmp_path: Path,
+    sql: asyncpg.Connection,
 ) -> None:
     key, generation, token = await granted(store, bridge)
     fact = "the user takes the night train to Vienna"
@@ -58,10 +63,11 @@ async def test_the_previous_releases_runtime_keeps_working_against_this_service(
     assert answers["write"][0] == "ok" and len(answers["write"][1]) == 1, answers
     assert answers["search"][0] == "ok" and answers["search"][1][0][0]["text"] == fact, answers
     assert (await store.status(key)).entries == 1
+    assert await sql.fetchval(HOURLY) == 2  # each Admit recorded once, and taken by the call it admitted
 
 
 @pytest.mark.long
-async def test_this_runtime_meeting_the_previous_service_runs_memory_free_with_a_reason_code(
+async def test_this_runtime_meeting_the_previous_service_is_refused_bad_input_and_nothing_is_spent(
     store: Store,
     bridge: Bridge,
     database_url: str,

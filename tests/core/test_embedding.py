@@ -9,6 +9,7 @@ import logging
 import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from gzip import compress
 from pathlib import Path
 
 import numpy
@@ -23,8 +24,11 @@ Answer = Callable[[dict[str, object], dict[str, str]], Awaitable[tuple[int, byte
 
 
 @asynccontextmanager
-async def provider(answer: Answer) -> AsyncIterator[tuple[str, list[tuple[dict[str, object], dict[str, str]]]]]:
-    """An HTTP/1.1 server on loopback answering each request with ``answer(body, headers)``; the requests it saw."""
+async def provider(
+    answer: Answer, *, gzip: bool = False, drip: float = 0.0
+) -> AsyncIterator[tuple[str, list[tuple[dict[str, object], dict[str, str]]]]]:
+    """An HTTP/1.1 server on loopback answering each request with ``answer(body, headers)`` (gzip-encoded if asked);
+    the requests it saw."""
     seen: list[tuple[dict[str, object], dict[str, str]]] = []
 
     async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -33,7 +37,19 @@ async def provider(answer: Answer) -> AsyncIterator[tuple[str, list[tuple[dict[s
         body = json.loads(await reader.readexactly(int(headers.get("content-length", "0"))))
         seen.append((body, headers))
         status, raw = await answer(body, headers)
+        encoding = b"content-encoding: gzip\r\n" if gzip else b""
+        raw = compress(raw) if gzip else raw
         writer.write(b"HTTP/1.1 %d X\r\ncontent-type: application/json\r\ncontent-length: %d\r\n" % (status, len(raw)))
+        writer.write(encoding)
+        if drip:  # the status line, then the body a piece at a time, each piece before any read times out
+            writer.write(b"connection: close\r\n\r\n")
+            for start in range(0, len(raw), 128):
+                await writer.drain()
+                await asyncio.sleep(drip)
+                writer.write(raw[start : start + 128])
+            await writer.drain()
+            writer.close()
+            return
         writer.write(b"connection: close\r\n\r\n" + raw)
         await writer.drain()
         writer.close()
@@ -60,13 +76,39 @@ async def failure(work: Awaitable[object]) -> GovernedMemoryError:
 
 
 async def test_the_openai_wire_answers_the_deterministic_embedder_in_order() -> None:
-    embedder = OpenAIEmbedder(EmbeddingModel(url=openai_compatible_url(), model="local-hash-768", max_batch=2))
-    try:
-        texts = ["likes green tea", "lives in Lisbon", "plays the cello"]  # two requests: a batch is at most 2
+    async def answer(body: dict[str, object], headers: dict[str, str]) -> tuple[int, bytes]:
+        texts = body["input"]
+        assert isinstance(texts, list)
+        return 200, json.dumps({"data": [{"index": i, "embedding": embed(t)} for i, t in enumerate(texts)]}).encode()
+
+    texts = ["likes green tea", "lives in Lisbon", "plays the cello"]
+    async with provider(answer) as (url, seen):
+        embedder = OpenAIEmbedder(EmbeddingModel(url=url, model="local-hash-768", max_batch=2, dimensions=None))
         answered = await embedder(texts)
-    finally:
         await embedder.aclose()
-    assert [list(vector) for vector in answered] == [pytest.approx(embed(text)) for text in texts]
+    assert [body["input"] for body, _ in seen] == [texts[:2], texts[2:]]  # a batch is at most 2
+    assert all("dimensions" not in body for body, _ in seen)  # null: not sent, for models that refuse it
+    assert [vector.tolist() for vector in answered] == [pytest.approx(embed(text), abs=1e-6) for text in texts]
+    served = OpenAIEmbedder(EmbeddingModel(url=openai_compatible_url(), model="local-hash-768"))
+    assert [v.tolist() for v in await served(texts)] == [pytest.approx(embed(t), abs=1e-6) for t in texts]
+    await served.aclose()
+
+
+async def test_a_compressed_answer_is_read_decoded_and_bounded_as_decoded() -> None:
+    async def answer(body: dict[str, object], headers: dict[str, str]) -> tuple[int, bytes]:
+        return 200, vectors(body)
+
+    async with provider(answer, gzip=True) as (url, seen):
+        embedder = OpenAIEmbedder(EmbeddingModel(url=url, model="m"))
+        small = OpenAIEmbedder(EmbeddingModel(url=url, model="m", max_answer_bytes=8192))
+        try:
+            [vector] = await embedder(["one"])
+            three = ["one", "two", "three"]  # 3 x 768 floats: 11.6 KB decoded, a few hundred bytes compressed
+            assert (await failure(small(three))).cause is Cause.ANSWER_TOO_LARGE
+        finally:
+            await embedder.aclose()
+            await small.aclose()
+    assert vector.shape == (768,) and len(vectors(seen[1][0])) > 8192
 
 
 async def test_the_request_names_the_model_the_dimensions_and_the_key_read_for_each_call(tmp_path: Path) -> None:
@@ -94,7 +136,7 @@ def test_vectors_are_fitted_as_kagent_fits_them() -> None:
     exact = [0.5] * 768
     assert fit([exact], 1)[0].tolist() == exact  # 768 as it is, not renormalized (kagent leaves it)
     [wider] = fit([[3.0] * 1024], 1)
-    assert wider.shape == (768,) and math.isclose(float(numpy.linalg.norm(wider)), 1.0)
+    assert wider.shape == (768,) and math.isclose(float(numpy.linalg.norm(wider)), 1.0, abs_tol=1e-6)
     cases: list[tuple[list[object], Cause]] = [
         ([[1.0] * 767], Cause.WRONG_DIMENSIONS),
         ([exact, exact], Cause.WRONG_COUNT),
@@ -103,6 +145,9 @@ def test_vectors_are_fitted_as_kagent_fits_them() -> None:
         ([[float("nan")] * 768], Cause.BAD_ANSWER),
         ([[[1.0] * 768]], Cause.BAD_ANSWER),
         (["a text"], Cause.BAD_ANSWER),
+        ([[[1.0], 2.0] + [1.0] * 766], Cause.BAD_ANSWER),  # ragged
+        ([[0.0] * 768], Cause.BAD_ANSWER),  # no direction: the store could rank nothing by it
+        ([[1e39] * 768], Cause.BAD_ANSWER),  # past single precision
     ]
     for bad, cause in cases:
         with pytest.raises(GovernedMemoryError) as refused:
@@ -121,6 +166,7 @@ def test_vectors_are_fitted_as_kagent_fits_them() -> None:
         (200, json.dumps({"data": [{"embedding": SENTINEL}]}).encode(), Cause.BAD_ANSWER),
         (200, json.dumps({"data": []}).encode(), Cause.WRONG_COUNT),
         (200, json.dumps({"data": [{"index": 0, "embedding": [1.0] * 512}]}).encode(), Cause.WRONG_DIMENSIONS),
+        (200, json.dumps({"data": [{"index": 1, "embedding": [1.0] * 768}]}).encode(), Cause.BAD_ANSWER),
         (200, b" " * 5000, Cause.ANSWER_TOO_LARGE),
     ],
 )
@@ -146,8 +192,15 @@ async def test_a_provider_down_or_slow_is_unreachable_or_a_timeout() -> None:
         await asyncio.sleep(5)  # past the embedder's bound: the call is abandoned, not waited for
         return 200, vectors(body)
 
+    async def dripping(body: dict[str, object], headers: dict[str, str]) -> tuple[int, bytes]:
+        return 200, vectors(body)
+
     async with provider(slow) as (url, _):
         embedder = OpenAIEmbedder(EmbeddingModel(url=url, model="m", timeout_seconds=0.3))
+        assert (await failure(embedder(["x"]))).cause is Cause.TIMEOUT
+        await embedder.aclose()
+    async with provider(dripping, drip=0.05) as (drip_url, _):  # every byte on time, the whole too late
+        embedder = OpenAIEmbedder(EmbeddingModel(url=drip_url, model="m", timeout_seconds=0.5))
         assert (await failure(embedder(["x"]))).cause is Cause.TIMEOUT
         await embedder.aclose()
     down = OpenAIEmbedder(EmbeddingModel(url=url, model="m"))  # the server is closed now
@@ -176,7 +229,8 @@ def test_the_services_table_names_a_model_per_agent_and_refuses_without_quoting(
         ("[]", "a JSON object"),
         (json.dumps({"kagent/helper": {"url": f"ftp://{SENTINEL}", "model": "m"}}), "'kagent/helper': invalid url"),
         (json.dumps({"kagent/helper": {"url": "http://x/v1", "model": "m", "secret": SENTINEL}}), "invalid secret"),
-        (json.dumps({SENTINEL: {"url": "http://x/v1"}}), "an entry: invalid model"),
+        (json.dumps({SENTINEL: {"url": "http://x/v1", "model": "m"}}), "a key that is not <namespace>/<name>"),
+        (json.dumps({"kagent/helper": {"url": "http://x/v1"}}), "'kagent/helper': invalid model"),
     ]:
         path.write_text(text)
         with pytest.raises(ConfigurationError) as refused:
