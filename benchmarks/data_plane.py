@@ -413,7 +413,9 @@ def unary_store(remote_store: Any) -> Any:
     from kagent_memory_governed.service import wire
 
     class UnaryStore(remote_store):  # type: ignore[misc,valid-type]
-        async def _call(self, kind: str, request: Any, scope_token: str | None) -> Any:
+        async def _call(
+            self, kind: str, request: Any, scope_token: str | None, *, deadline: float | None = None
+        ) -> Any:
             loop = asyncio.get_running_loop()
             if self._channel is None or self._loop is not loop:
                 self._channel, self._loop = self._open(), loop
@@ -423,7 +425,7 @@ def unary_store(remote_store: Any) -> Any:
                 metadata.append((wire.SCOPE, scope_token))
             rpc = getattr(self._stub, _method(kind))
             try:
-                return await rpc(request, metadata=metadata, timeout=self._deadline)
+                return await rpc(request, metadata=metadata, timeout=deadline or self._deadline)
             except grpc.aio.AioRpcError as error:
                 raise RuntimeError(f"unary {kind}: {error.code()}") from None
 

@@ -44,14 +44,14 @@ class EmbeddingModel(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     url: str = Field(pattern=r"^https?://[^\s?#]+$")  # the API base: ``…/v1``, to which ``/embeddings`` is added
-    model: str = Field(min_length=1, max_length=256)  # sent as ``model``, and recorded with every entry it embeds
+    model: str = Field(min_length=1, max_length=256)  # sent as ``model``: what makes this agent's vectors
     credential_file: Path | None = None  # a file holding the API key, read for each call (the operator rotates it)
     ca_file: Path | None = None  # the PEM CA the endpoint's certificate is verified against (default: the system's)
     dimensions: int | None = Field(default=EMBEDDING_DIMENSIONS, ge=EMBEDDING_DIMENSIONS)  # ``null``: not sent
     # the whole call, every batch: connect, send, answer; below the service's bound on a handler (10 s), so a slow
     # provider is refused embedding_failed (timeout) before the call itself runs out of time
     timeout_seconds: float = Field(default=5.0, gt=0, le=8)
-    max_answer_bytes: int = Field(default=4 << 20, ge=1024, le=64 << 20)  # an answer past it is refused unread
+    max_answer_bytes: int = Field(default=4 << 20, ge=1024, le=64 << 20)  # past it (decoded), refused
     max_batch: int = Field(default=64, ge=1, le=2048)  # texts a request carries; more are sent in several
 
 
