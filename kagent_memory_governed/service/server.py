@@ -58,14 +58,6 @@ class Identity(Protocol):
     async def agent(self, metadata: Mapping[str, str]) -> AgentId: ...
 
 
-@dataclass(frozen=True, slots=True)
-class Scope:
-    """What one call may act on: the verified token's scope and consent generation."""
-
-    key: ScopeKey
-    generation: int
-
-
 class DataPlane:
     """The servicer. ``public_key``, ``issuer`` and ``homeserver`` are the bridge's (``Settings.trust``); the agent a
     scope token must be for is the caller's, named by ``identity`` on each call."""
@@ -87,10 +79,10 @@ class DataPlane:
         self._public_key, self._issuer, self._homeserver = public_key, issuer, homeserver
         self._handler_seconds = handler_seconds
         # verified scope tokens by sha256(agent, token): the scope and the window verify accepted it in
-        self._scopes: dict[bytes, tuple[Scope, float, float]] = {}
+        self._scopes: dict[bytes, tuple[RequestScope, float, float]] = {}
         # admissions Admit recorded for a search or a write, awaiting it: their deadlines (monotonic), oldest first
         self._spent: dict[tuple[ScopeKey, int, Operation, bool, int], list[float]] = {}
-        self._work: dict[str, Callable[[Any, Scope], Awaitable[Any]]] = {
+        self._work: dict[str, Callable[[Any, RequestScope], Awaitable[Any]]] = {
             "recall": self._recall,
             "remember": self._remember,
             "admit": self._admit,
@@ -209,25 +201,24 @@ class DataPlane:
 
     # -- the work of each call, on its verified scope ---------------------------------------------
 
-    def _plane(self, scope: Scope) -> LocalPlane:
+    def _plane(self, scope: RequestScope) -> LocalPlane:
         """The data plane of the scope's agent, embedding with its model (none: refused ``embedding_failed
         (not_configured)`` once the input is checked, before anything is admitted, as in process)."""
         embedder = self._embedders.for_agent(str(scope.key.agent)) if self._embedders is not None else None
         return LocalPlane(self._store, embedder)
 
-    async def _recall(self, request: pb.RecallRequest, scope: Scope) -> pb.SearchReply:
+    async def _recall(self, request: pb.RecallRequest, scope: RequestScope) -> pb.SearchReply:
         operation = messages.operation(request.operation, SEARCHES)
-        found = await self._plane(scope).recall(RequestScope(scope.key, scope.generation), request.queries, operation)
+        found = await self._plane(scope).recall(scope, request.queries, operation)
         return pb.SearchReply(results=[pb.Hits(hits=[messages.hit(hit) for hit in hits]) for hits in found])
 
-    async def _remember(self, request: pb.RememberRequest, scope: Scope) -> pb.WriteReply:
+    async def _remember(self, request: pb.RememberRequest, scope: RequestScope) -> pb.WriteReply:
         operation = messages.operation(request.operation, WRITES)
         expires_in = request.expires_in if request.HasField("expires_in") else None
-        on = RequestScope(scope.key, scope.generation)
-        ids = await self._plane(scope).remember(on, request.facts, operation, expires_in=expires_in)
+        ids = await self._plane(scope).remember(scope, request.facts, operation, expires_in=expires_in)
         return pb.WriteReply(entry_ids=[str(entry) for entry in ids])
 
-    async def _admit(self, request: pb.AdmitRequest, scope: Scope) -> pb.AdmitReply:
+    async def _admit(self, request: pb.AdmitRequest, scope: RequestScope) -> pb.AdmitReply:
         operation = messages.operation(request.operation, ADMITTED)
         explicit = request.explicit or operation in EXPLICIT
         await self._store.admit(scope.key, scope.generation, operation, units=request.units, explicit=explicit)
@@ -253,7 +244,9 @@ class DataPlane:
             self._spent.pop(admitted, None)
         return taken
 
-    async def _spend(self, scope: Scope, name: str, allowed: frozenset[Operation], units: int, explicit: bool) -> None:
+    async def _spend(
+        self, scope: RequestScope, name: str, allowed: frozenset[Operation], units: int, explicit: bool
+    ) -> None:
         """Admit a search or a write: the admission ``Admit`` recorded for it, else admitted and recorded here, by
         the same rules."""
         operation = messages.operation(name, allowed)
@@ -262,7 +255,7 @@ class DataPlane:
             return
         await self._store.admit(scope.key, scope.generation, operation, units=units, explicit=explicit)
 
-    async def _search(self, request: pb.SearchRequest, scope: Scope) -> pb.SearchReply:
+    async def _search(self, request: pb.SearchRequest, scope: RequestScope) -> pb.SearchReply:
         await self._spend(scope, request.operation, SEARCHES, len(request.embeddings), request.explicit)
         vectors = [messages.embedding(vector) for vector in request.embeddings]
         found = await self._store.search_many(
@@ -270,21 +263,21 @@ class DataPlane:
         )
         return pb.SearchReply(results=[pb.Hits(hits=[messages.hit(hit) for hit in hits]) for hits in found])
 
-    async def _write(self, request: pb.WriteRequest, scope: Scope) -> pb.WriteReply:
+    async def _write(self, request: pb.WriteRequest, scope: RequestScope) -> pb.WriteReply:
         await self._spend(scope, request.operation, WRITES, len(request.facts), request.explicit)
         facts = [NewFact(fact.text, messages.embedding(fact.embedding)) for fact in request.facts]
         expires_in = request.expires_in if request.HasField("expires_in") else None
         ids = await self._store.write(scope.key, scope.generation, facts, expires_in=expires_in)
         return pb.WriteReply(entry_ids=[str(entry) for entry in ids])
 
-    async def _record_turn(self, request: pb.RecordTurnRequest, scope: Scope) -> pb.RecordTurnReply:
+    async def _record_turn(self, request: pb.RecordTurnRequest, scope: RequestScope) -> pb.RecordTurnReply:
         session, invocation = messages.identifier(request.session_id), messages.identifier(request.invocation_id)
         waiting = await self._store.record_turn(
             scope.key, scope.generation, session, invocation, recalled=request.recalled
         )
         return pb.RecordTurnReply(waiting=waiting)
 
-    async def _collect_turns(self, request: pb.CollectTurnsRequest, scope: Scope) -> pb.CollectTurnsReply:
+    async def _collect_turns(self, request: pb.CollectTurnsRequest, scope: RequestScope) -> pb.CollectTurnsReply:
         if len(request.candidates) > wire.MAX_CANDIDATES:
             raise GovernedMemoryError(Reason.BAD_INPUT)
         candidates = [messages.identifier(candidate) for candidate in request.candidates]
@@ -295,7 +288,7 @@ class DataPlane:
 
     # -- verification -----------------------------------------------------------------------------
 
-    def _verified(self, metadata: Mapping[str, str], agent: AgentId) -> Scope:
+    def _verified(self, metadata: Mapping[str, str], agent: AgentId) -> RequestScope:
         """The scope the call's token names for ``agent``, verified in full the first time this service sees that
         token for that agent, then kept by its digest for the window ``verify`` accepts it in (from its ``iat`` and
         ``nbf`` less the leeway to its ``exp`` plus the leeway): the same answer, without the signature again."""
@@ -311,7 +304,7 @@ class DataPlane:
         assertion = verify(token, trust, now=moment, purpose="scope", user_id=claims.get("sub"))
         if assertion.key is None or assertion.generation is None:  # a scope header names both
             raise GovernedMemoryError(Reason.BAD_ASSERTION)
-        scope = Scope(assertion.key, assertion.generation)
+        scope = RequestScope(assertion.key, assertion.generation)
         if digest is not None:
             starts = [value for value in (claims.get("iat"), claims.get("nbf")) if isinstance(value, int)]
             if len(self._scopes) >= CACHED_SCOPE_TOKENS:  # the oldest first: lifetimes are alike

@@ -26,6 +26,7 @@ from kagent_memory_governed.scope import AgentId, ControlRoom, Principal, ScopeK
 from kagent_memory_governed.service import data_plane_pb2 as pb
 from kagent_memory_governed.service import data_plane_pb2_grpc as pb_grpc
 from kagent_memory_governed.service import remote, server, wire
+from kagent_memory_governed.service.plane import RequestScope
 from kagent_memory_governed.service.remote import RemoteStore
 from kagent_memory_governed.service.wire import status
 from kagent_memory_governed.store import Store
@@ -225,11 +226,11 @@ def test_a_token_verified_once_is_still_held_to_its_window(store: Store, bridge:
     with freeze_time(start) as frozen:
         key = scope_key()
         metadata = {"x-memory-scope": token_for(bridge, key, 1)}  # iat = start, exp = start + 120
-        assert data_plane._verified(metadata, HELPER) == server.Scope(key, 1)  # verified, and kept
+        assert data_plane._verified(metadata, HELPER) == RequestScope(key, 1)  # verified, and kept
         for moment, admitted in ((-31, False), (-30, True), (149, True), (150, False), (0, True)):
             frozen.move_to(start + timedelta(seconds=moment))
             if admitted:
-                assert data_plane._verified(metadata, HELPER) == server.Scope(key, 1), moment
+                assert data_plane._verified(metadata, HELPER) == RequestScope(key, 1), moment
             else:
                 with pytest.raises(GovernedMemoryError) as refused:
                     data_plane._verified(metadata, HELPER)
